@@ -1,0 +1,102 @@
+package gate
+
+import (
+	"context"
+	"time"
+)
+
+// Outcome is the decision taken for a message, as counted in reports.
+type Outcome string
+
+// Outcomes. OutcomeInvalid is a message that could not be decided and went
+// to the dead letter.
+const (
+	OutcomeForward  Outcome = "forward"
+	OutcomeSuppress Outcome = "suppress"
+	OutcomeDrop     Outcome = "drop"
+	OutcomeInvalid  Outcome = "invalid"
+)
+
+// Suppression is one audit row: a message held back, or, in shadow mode,
+// one that would have been.
+type Suppression struct {
+	ID            int64     `json:"id"`
+	MessageID     string    `json:"message_id"`
+	Scene         string    `json:"scene"`
+	Recipient     string    `json:"recipient"`
+	Priority      Priority  `json:"priority"`
+	Scope         Scope     `json:"limit_scope"`
+	LimitWindow   Duration  `json:"limit_window"`
+	LimitMax      int       `json:"limit_max"`
+	CountSeen     int       `json:"count_seen"`
+	Shadow        bool      `json:"shadow"`
+	Reason        string    `json:"reason"` // "limit" | "unknown_scene"
+	RulesVersion  string    `json:"rules_version"`
+	DecidedAt     time.Time `json:"decided_at"`
+	NextAllowedAt time.Time `json:"next_allowed_at,omitzero"`
+	Payload       string    `json:"payload,omitempty"`
+}
+
+// Record is the durable trace of one decided (or invalid) message.
+type Record struct {
+	// Key is the idempotency key: the message id, or "seq:<stream sequence>"
+	// for an invalid message without one.
+	Key     string
+	Scene   string
+	Outcome Outcome
+	// Shadow marks a forward that enforcement would have suppressed or
+	// dropped; ShadowOf says which.
+	Shadow   bool
+	ShadowOf Action
+	At       time.Time
+	// Suppression is the audit row to write, for suppress outcomes and
+	// shadow suppressions.
+	Suppression *Suppression
+}
+
+// AuditLog makes decisions durable.
+//
+// Commit writes a batch in one transaction: for each record whose Key was
+// never committed before, its audit row (if any) and one increment of its
+// scene's hourly counters. Records whose Key is already known change
+// nothing, so Commit is idempotent and safe to retry. Decided reports which
+// keys were committed before. Errors are transient (wrap ErrUnavailable).
+type AuditLog interface {
+	Decided(ctx context.Context, keys []string) (map[string]bool, error)
+	Commit(ctx context.Context, recs []Record) error
+	Ping(ctx context.Context) error
+}
+
+// SuppressionFilter selects suppression rows, newest first.
+type SuppressionFilter struct {
+	Scene     string
+	Recipient string
+	Since     time.Time // inclusive; zero means unbounded
+	Until     time.Time // exclusive; zero means unbounded
+	Limit     int
+	Cursor    string // opaque, from a previous page
+}
+
+// SuppressionPage is one page of suppression rows.
+type SuppressionPage struct {
+	Items      []Suppression `json:"items"`
+	NextCursor string        `json:"next_cursor"`
+}
+
+// SceneSummary counts one scene's outcomes over a time range.
+type SceneSummary struct {
+	Scene            string `json:"scene"`
+	Received         int64  `json:"received"`
+	Forwarded        int64  `json:"forwarded"`
+	Suppressed       int64  `json:"suppressed"`
+	Dropped          int64  `json:"dropped"`
+	Invalid          int64  `json:"invalid"`
+	ShadowSuppressed int64  `json:"shadow_suppressed"`
+	ShadowDropped    int64  `json:"shadow_dropped"`
+}
+
+// Reports answers report queries. Bad filters or cursors wrap ErrBadRequest.
+type Reports interface {
+	Suppressions(ctx context.Context, f SuppressionFilter) (SuppressionPage, error)
+	Summary(ctx context.Context, since, until time.Time) ([]SceneSummary, error)
+}

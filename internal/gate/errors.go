@@ -1,0 +1,45 @@
+package gate
+
+import (
+	"errors"
+	"fmt"
+)
+
+// InvalidError says a message can never be decided: it is malformed, too
+// large, or lacks a required field. It is permanent: the transport parks the
+// message on the dead-letter subject with Reason and terminates it.
+type InvalidError struct{ Reason string }
+
+func (e *InvalidError) Error() string { return "invalid message: " + e.Reason }
+
+func invalidf(format string, args ...any) error {
+	return &InvalidError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// IsInvalid reports whether err marks a message that can never be decided.
+func IsInvalid(err error) bool {
+	var ie *InvalidError
+	return errors.As(err, &ie)
+}
+
+// InvalidReason returns the reason of an *InvalidError in err's chain, or "".
+func InvalidReason(err error) string {
+	var ie *InvalidError
+	if errors.As(err, &ie) {
+		return ie.Reason
+	}
+	return ""
+}
+
+// ErrUnavailable marks a transient failure of a dependency (window store,
+// audit store, NATS). A message that meets it is retried later, never acked.
+var ErrUnavailable = errors.New("dependency unavailable")
+
+// ErrNotFound is returned by lookups that find nothing.
+var ErrNotFound = errors.New("not found")
+
+// ErrBadRequest marks a query the caller must correct (a bad filter, cursor
+// or time).
+var ErrBadRequest = errors.New("bad request")
+
+func asTypeError(err error, target any) bool { return errors.As(err, target) }

@@ -1,0 +1,174 @@
+package gate
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Limits on what a single envelope may carry. They keep memory bounded and
+// keys short; a message over them is invalid and goes to the dead letter.
+const (
+	MaxIDBytes        = 256
+	MaxSceneBytes     = 256
+	MaxReceiveIDBytes = 512
+	// DefaultMaxMessageBytes is the default size limit of one envelope:
+	// Feishu text content may be up to 150 KB, plus the envelope around it.
+	DefaultMaxMessageBytes = 256 << 10
+)
+
+// Priority is the producer's priority hint. Scenes may let some priorities
+// bypass their limits.
+type Priority string
+
+// Priorities a producer may send. The empty priority means PriorityNormal.
+const (
+	PriorityLow    Priority = "low"
+	PriorityNormal Priority = "normal"
+	PriorityHigh   Priority = "high"
+	PriorityUrgent Priority = "urgent"
+)
+
+// ValidPriority reports whether p is one of the known priorities.
+func ValidPriority(p Priority) bool {
+	switch p {
+	case PriorityLow, PriorityNormal, PriorityHigh, PriorityUrgent:
+		return true
+	}
+	return false
+}
+
+// receiveIDTypes are the recipient id types Feishu accepts.
+var receiveIDTypes = map[string]bool{
+	"open_id": true, "user_id": true, "union_id": true, "email": true, "chat_id": true,
+}
+
+// Message is one parsed envelope. Raw holds the original bytes, which are
+// forwarded untouched.
+type Message struct {
+	ID            string
+	Scene         string
+	ReceiveIDType string
+	ReceiveID     string
+	MsgType       string
+	Priority      Priority
+	Raw           []byte
+}
+
+// Recipient is the key of a message's recipient: receive_id_type:receive_id.
+func (m Message) Recipient() string { return m.ReceiveIDType + ":" + m.ReceiveID }
+
+// envelope mirrors the JSON a producer publishes. Content is kept raw: the
+// gate never interprets it.
+type envelope struct {
+	ID            *string         `json:"id"`
+	UUID          *string         `json:"uuid"`
+	Scene         *string         `json:"scene"`
+	ReceiveIDType *string         `json:"receive_id_type"`
+	ReceiveID     *string         `json:"receive_id"`
+	MsgType       *string         `json:"msg_type"`
+	Content       json.RawMessage `json:"content"`
+	Priority      *string         `json:"priority"`
+}
+
+// ParseMessage decodes an envelope. headerID is the Nats-Msg-Id header, used
+// when the body carries no id. maxBytes bounds the body; 0 means
+// DefaultMaxMessageBytes. Every error is an *InvalidError: the message can
+// never be decided and must be dead-lettered, not retried.
+func ParseMessage(data []byte, headerID string, maxBytes int) (Message, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxMessageBytes
+	}
+	if len(data) > maxBytes {
+		return Message{}, invalidf("message is %d bytes, over the limit of %d", len(data), maxBytes)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return Message{}, invalidf("message is empty")
+	}
+	if !utf8.Valid(data) {
+		return Message{}, invalidf("message is not valid UTF-8 JSON")
+	}
+	var env envelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return Message{}, invalidf("message is not a JSON object: %s", jsonReason(err))
+	}
+	m := Message{Raw: data}
+	var err error
+	id := pick(env.ID, env.UUID)
+	if id == "" {
+		id = headerID
+	}
+	if m.ID, err = requireField("id", id, MaxIDBytes); err != nil {
+		return Message{}, err
+	}
+	if m.Scene, err = requireField("scene", deref(env.Scene), MaxSceneBytes); err != nil {
+		return Message{}, err
+	}
+	if m.ReceiveID, err = requireField("receive_id", deref(env.ReceiveID), MaxReceiveIDBytes); err != nil {
+		return Message{}, err
+	}
+	m.ReceiveIDType = deref(env.ReceiveIDType)
+	if m.ReceiveIDType == "" {
+		m.ReceiveIDType = "open_id" // Feishu's default id type
+	}
+	if !receiveIDTypes[m.ReceiveIDType] {
+		return Message{}, invalidf("receive_id_type %q is not one of open_id, user_id, union_id, email, chat_id", clip(m.ReceiveIDType))
+	}
+	m.MsgType = deref(env.MsgType)
+	m.Priority = Priority(deref(env.Priority))
+	if m.Priority == "" {
+		m.Priority = PriorityNormal
+	}
+	if !ValidPriority(m.Priority) {
+		return Message{}, invalidf("priority %q is not one of low, normal, high, urgent", clip(string(m.Priority)))
+	}
+	return m, nil
+}
+
+func requireField(name, v string, max int) (string, error) {
+	if strings.TrimSpace(v) == "" {
+		return "", invalidf("%s is missing or empty", name)
+	}
+	if len(v) > max {
+		return "", invalidf("%s is %d bytes, over the limit of %d", name, len(v), max)
+	}
+	for _, r := range v {
+		if r < 0x20 || r == 0x7f {
+			return "", invalidf("%s contains a control character", name)
+		}
+	}
+	return v, nil
+}
+
+func pick(a, b *string) string {
+	if s := deref(a); s != "" {
+		return s
+	}
+	return deref(b)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// clip shortens untrusted text before it goes into an error message.
+func clip(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}
+
+func jsonReason(err error) string {
+	var te *json.UnmarshalTypeError
+	if ok := asTypeError(err, &te); ok {
+		return fmt.Sprintf("field %q must be a %s, not a %s", te.Field, te.Type.Kind(), te.Value)
+	}
+	return err.Error()
+}
