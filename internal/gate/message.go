@@ -76,7 +76,8 @@ type envelope struct {
 // ParseMessage decodes an envelope. headerID is the Nats-Msg-Id header, used
 // when the body carries no id. maxBytes bounds the body; 0 means
 // DefaultMaxMessageBytes. Every error is an *InvalidError: the message can
-// never be decided and must be dead-lettered, not retried.
+// never be decided and must be dead-lettered, not retried. On error the
+// returned Message carries at most the scene, when it was readable.
 func ParseMessage(data []byte, headerID string, maxBytes int) (Message, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxMessageBytes
@@ -106,15 +107,18 @@ func ParseMessage(data []byte, headerID string, maxBytes int) (Message, error) {
 	if m.Scene, err = requireField("scene", deref(env.Scene), MaxSceneBytes); err != nil {
 		return Message{}, err
 	}
+	// From here on an invalid message still names its scene, so reports can
+	// count it where it belongs.
+	scene := Message{Scene: m.Scene}
 	if m.ReceiveID, err = requireField("receive_id", deref(env.ReceiveID), MaxReceiveIDBytes); err != nil {
-		return Message{}, err
+		return scene, err
 	}
 	m.ReceiveIDType = deref(env.ReceiveIDType)
 	if m.ReceiveIDType == "" {
 		m.ReceiveIDType = "open_id" // Feishu's default id type
 	}
 	if !receiveIDTypes[m.ReceiveIDType] {
-		return Message{}, invalidf("receive_id_type %q is not one of open_id, user_id, union_id, email, chat_id", clip(m.ReceiveIDType))
+		return scene, invalidf("receive_id_type %q is not one of open_id, user_id, union_id, email, chat_id", clip(m.ReceiveIDType))
 	}
 	m.MsgType = deref(env.MsgType)
 	m.Priority = Priority(deref(env.Priority))
@@ -122,7 +126,7 @@ func ParseMessage(data []byte, headerID string, maxBytes int) (Message, error) {
 		m.Priority = PriorityNormal
 	}
 	if !ValidPriority(m.Priority) {
-		return Message{}, invalidf("priority %q is not one of low, normal, high, urgent", clip(string(m.Priority)))
+		return scene, invalidf("priority %q is not one of low, normal, high, urgent", clip(string(m.Priority)))
 	}
 	return m, nil
 }

@@ -1,0 +1,43 @@
+package gate
+
+import (
+	"context"
+	"time"
+)
+
+// Forward is one admitted message on its way to the outbound subject.
+type Forward struct {
+	MessageID    string
+	Scene        string
+	RulesVersion string
+	// ShadowOf is set when a shadow-mode scene would have suppressed or
+	// dropped the message.
+	ShadowOf Action
+	Bypass   bool
+	Data     []byte // the original bytes, untouched
+}
+
+// Forwarder publishes admitted messages downstream.
+//
+// Forward publishes a batch and waits until each publish is durable (or
+// failed); errs[i] is the outcome of fs[i]. Publishing is idempotent on
+// MessageID within the outbound stream's duplicate window, so a retried
+// forward is delivered once. Errors are transient.
+type Forwarder interface {
+	Forward(ctx context.Context, fs []Forward) (errs []error)
+}
+
+// Delivery is one message as the transport received it.
+type Delivery struct {
+	Data         []byte
+	HeaderID     string // the Nats-Msg-Id header, if any
+	Seq          uint64 // the message's sequence in the inbound stream
+	NumDelivered uint64 // 1 on first delivery
+	ReceivedAt   time.Time
+}
+
+// BatchHandler decides a batch of deliveries. errs[i] is the outcome of
+// batch[i], which the transport alone maps to an acknowledgement: nil acks,
+// an *InvalidError parks the message on the dead letter and terminates it,
+// and any other error hands it back for a delayed retry.
+type BatchHandler func(ctx context.Context, batch []Delivery) (errs []error)

@@ -1,0 +1,186 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream and consumer names are part of the public contract.
+const (
+	StreamIn     = "GATE_IN"
+	StreamOut    = "GATE_OUT"
+	StreamDead   = "GATE_DEAD"
+	ConsumerName = "gate"
+)
+
+// Header names the gate sets on messages it publishes.
+const (
+	HeaderScene        = "Gate-Scene"
+	HeaderDecision     = "Gate-Decision"
+	HeaderRulesVersion = "Gate-Rules-Version"
+	HeaderShadow       = "Gate-Shadow"
+	HeaderBypass       = "Gate-Bypass"
+	HeaderError        = "Gate-Error"
+	HeaderStreamSeq    = "Gate-Stream-Seq"
+)
+
+// Options configure the bus. Zero values take the defaults shown.
+type Options struct {
+	InSubject   string // "gate.in"
+	OutSubject  string // "gate.out"
+	DeadSubject string // "gate.dead"
+
+	// InMaxAge bounds how long an undecided message waits in GATE_IN (7d).
+	InMaxAge time.Duration
+	// OutMaxAge bounds how long forwarded messages stay readable (72h).
+	OutMaxAge time.Duration
+	// OutDuplicates is GATE_OUT's duplicate window. It must be longer than
+	// the longest span between a message's first forward and its ack (2h).
+	OutDuplicates time.Duration
+	// DeadMaxAge bounds how long dead letters are kept (30d).
+	DeadMaxAge time.Duration
+	// MaxMsgBytes is the largest message GATE_IN accepts; the gate's own
+	// size limit should be below it so oversize messages get a reason (1 MiB).
+	MaxMsgBytes int32
+
+	AckWait       time.Duration // 30s; must exceed the worst decision time
+	MaxAckPending int           // 1000
+}
+
+func (o *Options) setDefaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	defd := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.InSubject, "gate.in")
+	def(&o.OutSubject, "gate.out")
+	def(&o.DeadSubject, "gate.dead")
+	defd(&o.InMaxAge, 7*24*time.Hour)
+	defd(&o.OutMaxAge, 72*time.Hour)
+	defd(&o.OutDuplicates, 2*time.Hour)
+	defd(&o.DeadMaxAge, 30*24*time.Hour)
+	defd(&o.AckWait, 30*time.Second)
+	if o.MaxMsgBytes <= 0 {
+		o.MaxMsgBytes = 1 << 20
+	}
+	if o.MaxAckPending <= 0 {
+		o.MaxAckPending = 1000
+	}
+}
+
+// Bus is a JetStream connection with the gate's streams in place.
+type Bus struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	opts Options
+	log  *slog.Logger
+}
+
+// Connect dials url with reconnects that never give up, so a NATS outage
+// pauses the gate instead of ending it.
+func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(500*time.Millisecond),
+		nats.RetryOnFailedConnect(false),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats: %w", err)
+	}
+	return nc, nil
+}
+
+// New creates the streams that are missing. Streams that exist are left as
+// the operator configured them (replicas, limits), except that a missing
+// subject is an error.
+func New(ctx context.Context, nc *nats.Conn, opts Options, log *slog.Logger) (*Bus, error) {
+	opts.setDefaults()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	b := &Bus{nc: nc, js: js, opts: opts, log: log}
+	streams := []jetstream.StreamConfig{
+		{
+			Name: StreamIn, Subjects: []string{opts.InSubject}, Storage: jetstream.FileStorage,
+			// Work-queue retention: a message leaves GATE_IN once the gate acks
+			// it, so the stream holds only undecided work.
+			Retention: jetstream.WorkQueuePolicy, MaxAge: opts.InMaxAge,
+			MaxMsgSize: opts.MaxMsgBytes, Duplicates: 2 * time.Minute,
+			Description: "notifications waiting for the anti-fatigue gate",
+		},
+		{
+			Name: StreamOut, Subjects: []string{opts.OutSubject}, Storage: jetstream.FileStorage,
+			Retention: jetstream.LimitsPolicy, MaxAge: opts.OutMaxAge, Duplicates: opts.OutDuplicates,
+			Description: "notifications the gate forwarded",
+		},
+		{
+			Name: StreamDead, Subjects: []string{opts.DeadSubject}, Storage: jetstream.FileStorage,
+			Retention: jetstream.LimitsPolicy, MaxAge: opts.DeadMaxAge, Duplicates: 2 * time.Hour,
+			Description: "messages the gate could not decide, with a Gate-Error header",
+		},
+	}
+	for _, cfg := range streams {
+		if err := b.ensureStream(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func (b *Bus) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) error {
+	s, err := b.js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := b.js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("create stream %s: %w", cfg.Name, err)
+		}
+		b.log.Info("created stream", "stream", cfg.Name, "subjects", cfg.Subjects)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", cfg.Name, err)
+	}
+	for _, have := range s.CachedInfo().Config.Subjects {
+		if have == cfg.Subjects[0] {
+			return nil
+		}
+	}
+	return fmt.Errorf("stream %s exists but does not capture subject %s (it captures %v)",
+		cfg.Name, cfg.Subjects[0], s.CachedInfo().Config.Subjects)
+}
+
+// JetStream exposes the JetStream context, for tools and tests.
+func (b *Bus) JetStream() jetstream.JetStream { return b.js }
+
+// Options returns the options in force, defaults applied.
+func (b *Bus) Options() Options { return b.opts }
+
+// Ping checks that the connection is up and JetStream answers.
+func (b *Bus) Ping(ctx context.Context) error {
+	if st := b.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("nats connection is %s", st)
+	}
+	if _, err := b.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,10 @@
+// Package natsbus is the gate's NATS JetStream adapter: it creates the
+// GATE_IN, GATE_OUT and GATE_DEAD streams, reads GATE_IN with the shared
+// durable pull consumer "gate", maps a handler's per-message errors to Ack,
+// dead letter + Term, or NakWithDelay, and publishes forwards to gate.out
+// (gate.Forwarder). It can also run an embedded nats-server for the
+// zero-install default.
+//
+// It may import the standard library, nats.go, nats-server, internal/gate
+// and internal/metrics; never another adapter.
+package natsbus

@@ -1,0 +1,285 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/metrics"
+)
+
+// Options are the pipeline's dependencies. Rules, Store, Audit and
+// Forwarder are required.
+type Options struct {
+	Rules     gate.RuleSource
+	Store     gate.WindowStore
+	Audit     gate.AuditLog
+	Forwarder gate.Forwarder
+	Metrics   *metrics.Metrics // optional
+	Log       *slog.Logger     // optional
+	// MaxMessageBytes bounds an envelope; 0 means gate.DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// Now is the clock for messages no window store decides (unknown scenes,
+	// invalid messages); time.Now by default.
+	Now func() time.Time
+}
+
+// Pipeline decides batches of deliveries. It is safe for concurrent use.
+type Pipeline struct{ o Options }
+
+// New checks the options and returns a pipeline.
+func New(o Options) (*Pipeline, error) {
+	if o.Rules == nil || o.Store == nil || o.Audit == nil || o.Forwarder == nil {
+		return nil, errors.New("pipeline: rules, store, audit and forwarder are required")
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Pipeline{o: o}, nil
+}
+
+// item is one delivery on its way through a batch.
+type item struct {
+	d       gate.Delivery
+	msg     gate.Message
+	key     string // idempotency key
+	invalid error  // *gate.InvalidError when the message cannot be decided
+	known   bool   // already decided before this batch
+	twin    int    // index of an earlier delivery of the same id in this batch, or -1
+	plan    gate.Plan
+	dec     gate.Decision
+	decided bool
+	err     error // the verdict handed back to the transport
+}
+
+// Handle decides batch and returns one error per delivery: nil when its
+// outcome is durable (ack), an *gate.InvalidError when it can never be
+// decided (dead letter), or a transient error wrapping gate.ErrUnavailable
+// (retry later). Every step is idempotent on the message id, so a retried
+// message is never forwarded, audited or counted twice.
+func (p *Pipeline) Handle(ctx context.Context, batch []gate.Delivery) []error {
+	items := make([]item, len(batch))
+	keys := make([]string, 0, len(batch))
+	first := make(map[string]int, len(batch))
+	for i, d := range batch {
+		it := &items[i]
+		it.d, it.twin = d, -1
+		it.msg, it.invalid = gate.ParseMessage(d.Data, d.HeaderID, p.o.MaxMessageBytes)
+		if it.invalid != nil {
+			// Invalid messages may lack an id; their stream sequence
+			// identifies them for counting.
+			it.key = "seq:" + strconv.FormatUint(d.Seq, 10)
+		} else {
+			it.key = it.msg.ID
+			if j, ok := first[it.key]; ok {
+				it.twin = j
+				continue
+			}
+			first[it.key] = i
+		}
+		keys = append(keys, it.key)
+	}
+	if p.o.Metrics != nil {
+		p.o.Metrics.BatchSize.Observe(float64(len(batch)))
+	}
+
+	known, err := p.o.Audit.Decided(ctx, keys)
+	if err != nil {
+		return p.failAll(items, "audit", "decided", err)
+	}
+	for i := range items {
+		items[i].known = known[items[i].key]
+	}
+
+	rules := p.o.Rules.Current()
+	if err := p.decide(ctx, rules, items); err != nil {
+		p.fail(items, func(it *item) bool { return it.invalid == nil && it.twin < 0 && !it.known }, "window", "admit", err)
+	}
+	p.forward(ctx, rules, items)
+	p.commit(ctx, rules, items)
+
+	errs := make([]error, len(items))
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.err != nil:
+		case it.twin >= 0:
+			it.err = items[it.twin].err
+		case it.invalid != nil:
+			it.err = it.invalid
+		}
+		errs[i] = it.err
+		if it.err == nil || gate.IsInvalid(it.err) {
+			p.observe(it)
+		}
+	}
+	return errs
+}
+
+// decide asks the window store about every message that needs it, in one
+// call, and resolves each outcome.
+func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item) error {
+	var reqs []gate.AdmitRequest
+	var idx []int
+	for i := range items {
+		it := &items[i]
+		if it.invalid != nil || it.twin >= 0 || it.known {
+			continue
+		}
+		it.plan = gate.PlanMessage(rules, it.msg)
+		if it.plan.Request != nil {
+			reqs = append(reqs, *it.plan.Request)
+			idx = append(idx, i)
+		}
+	}
+	results := make([]gate.AdmitResult, len(items))
+	if len(reqs) > 0 {
+		res, err := p.o.Store.Admit(ctx, reqs)
+		if err != nil {
+			return err
+		}
+		if len(res) != len(reqs) {
+			return fmt.Errorf("admit: %w: store answered %d of %d requests", gate.ErrUnavailable, len(res), len(reqs))
+		}
+		for k, i := range idx {
+			results[i] = res[k]
+		}
+	}
+	now := p.o.Now()
+	for i := range items {
+		it := &items[i]
+		if it.invalid != nil || it.twin >= 0 || it.known {
+			continue
+		}
+		it.dec = gate.Resolve(rules, it.plan, results[i], now)
+		it.decided = true
+	}
+	return nil
+}
+
+// forward publishes every admitted message and waits for the stream to
+// store them.
+func (p *Pipeline) forward(ctx context.Context, rules *gate.RuleSet, items []item) {
+	var fs []gate.Forward
+	var idx []int
+	for i := range items {
+		it := &items[i]
+		if !it.decided || it.err != nil || it.dec.Outcome != gate.OutcomeForward {
+			continue
+		}
+		f := gate.Forward{MessageID: it.msg.ID, Scene: it.msg.Scene, RulesVersion: rules.Version, Bypass: it.dec.Bypass, Data: it.msg.Raw}
+		if it.dec.Shadow {
+			f.ShadowOf = it.dec.ShadowOf
+		}
+		fs = append(fs, f)
+		idx = append(idx, i)
+	}
+	if len(fs) == 0 {
+		return
+	}
+	for k, err := range p.o.Forwarder.Forward(ctx, fs) {
+		if err != nil {
+			items[idx[k]].err = p.transient("nats", "forward", err)
+		}
+	}
+}
+
+// commit writes the audit rows and counters of every message whose effect
+// is done, in one transaction.
+func (p *Pipeline) commit(ctx context.Context, rules *gate.RuleSet, items []item) {
+	var recs []gate.Record
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.err != nil || it.twin >= 0 || it.known:
+		case it.invalid != nil:
+			recs = append(recs, gate.Record{Key: it.key, Scene: it.msg.Scene, Outcome: gate.OutcomeInvalid, At: p.o.Now()})
+		case it.decided:
+			recs = append(recs, p.record(rules, it))
+		}
+	}
+	if len(recs) == 0 {
+		return
+	}
+	if err := p.o.Audit.Commit(ctx, recs); err != nil {
+		p.fail(items, func(it *item) bool { return it.err == nil && it.twin < 0 && !it.known }, "audit", "commit", err)
+	}
+}
+
+func (p *Pipeline) record(rules *gate.RuleSet, it *item) gate.Record {
+	d := it.dec
+	rec := gate.Record{Key: it.key, Scene: it.msg.Scene, Outcome: d.Outcome, Shadow: d.Shadow, ShadowOf: d.ShadowOf, At: d.At}
+	if d.Outcome == gate.OutcomeSuppress || (d.Shadow && d.ShadowOf == gate.ActionSuppress) {
+		s := &gate.Suppression{
+			MessageID:     it.msg.ID,
+			Scene:         it.msg.Scene,
+			Recipient:     it.msg.Recipient(),
+			Priority:      it.msg.Priority,
+			Shadow:        d.Shadow,
+			Reason:        d.Reason,
+			RulesVersion:  rules.Version,
+			DecidedAt:     d.At,
+			NextAllowedAt: d.NextAllowedAt,
+			Payload:       string(it.msg.Raw),
+		}
+		if e := d.Exceeded; e != nil {
+			s.Scope, s.LimitWindow, s.LimitMax, s.CountSeen = e.Scope, gate.Duration(e.Limit.Window), e.Limit.Max, e.Count
+		}
+		rec.Suppression = s
+	}
+	return rec
+}
+
+func (p *Pipeline) observe(it *item) {
+	m := p.o.Metrics
+	if m == nil || it.known || it.twin >= 0 {
+		return
+	}
+	outcome, shadow := gate.OutcomeInvalid, "false"
+	if it.invalid == nil {
+		outcome = it.dec.Outcome
+		if it.dec.Shadow {
+			shadow = "true"
+		}
+	} else {
+		m.Invalid.WithLabelValues(it.msg.Scene).Inc()
+	}
+	m.Decisions.WithLabelValues(it.msg.Scene, string(outcome), shadow).Inc()
+	m.DecisionLatency.Observe(time.Since(it.d.ReceivedAt).Seconds())
+}
+
+func (p *Pipeline) transient(store, op string, err error) error {
+	if p.o.Metrics != nil {
+		p.o.Metrics.StoreErrors.WithLabelValues(store, op).Inc()
+	}
+	if !errors.Is(err, gate.ErrUnavailable) {
+		err = fmt.Errorf("%s %s: %w: %w", store, op, gate.ErrUnavailable, err)
+	}
+	return err
+}
+
+// fail marks every item that match selects with one transient error.
+func (p *Pipeline) fail(items []item, match func(*item) bool, store, op string, err error) {
+	err = p.transient(store, op, err)
+	for i := range items {
+		if match(&items[i]) {
+			items[i].err = err
+		}
+	}
+}
+
+func (p *Pipeline) failAll(items []item, store, op string, err error) []error {
+	err = p.transient(store, op, err)
+	errs := make([]error, len(items))
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
