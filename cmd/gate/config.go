@@ -1,0 +1,187 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is every setting of gate serve. Each is a flag and a GATE_*
+// variable; a flag wins over the variable, the variable over the default.
+type config struct {
+	NATSURL          string
+	EmbeddedNATSAddr string
+	RedisURL         string
+	RedisCluster     bool
+	DatabaseURL      string
+	NacosAddr        string
+	NacosDataID      string
+	NacosGroup       string
+	NacosNamespace   string
+	NacosUsername    string
+	NacosPassword    string
+	DataDir          string
+	HTTPAddr         string
+	APIToken         string
+	Rules            string
+	RulesPoll        time.Duration
+	LogLevel         string
+	LogFormat        string
+	InSubject        string
+	OutSubject       string
+	DeadSubject      string
+	MaxMessageBytes  int
+	Batch            int
+	StoreTimeout     time.Duration
+	AckWait          time.Duration
+	MaxAckPending    int
+	RetryMax         time.Duration
+	RedactPayload    bool
+	LedgerRetention  time.Duration
+	ShutdownTimeout  time.Duration
+}
+
+// setting describes one flag and its variable.
+type setting struct {
+	flag, env, def, help string
+	secret               bool
+	set                  func(string) error
+}
+
+func settings(c *config) []setting {
+	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
+	dur := func(p *time.Duration) func(string) error {
+		return func(v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return fmt.Errorf("want a duration such as 200ms or 30s, got %q", v)
+			}
+			*p = d
+			return nil
+		}
+	}
+	num := func(p *int) func(string) error {
+		return func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return fmt.Errorf("want a whole number, got %q", v)
+			}
+			*p = n
+			return nil
+		}
+	}
+	boolean := func(p *bool) func(string) error {
+		return func(v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("want true or false, got %q", v)
+			}
+			*p = b
+			return nil
+		}
+	}
+	return []setting{
+		{"nats-url", "GATE_NATS_URL", "", "NATS server URL; empty runs an embedded NATS server with JetStream", false, str(&c.NATSURL)},
+		{"embedded-nats-addr", "GATE_EMBEDDED_NATS_ADDR", "127.0.0.1:4222", "listen address of the embedded NATS server", false, str(&c.EmbeddedNATSAddr)},
+		{"redis-url", "GATE_REDIS_URL", "", "Redis URL (redis://host:6379/0); empty uses the in-process window store", false, str(&c.RedisURL)},
+		{"redis-cluster", "GATE_REDIS_CLUSTER", "false", "treat GATE_REDIS_URL as a Redis Cluster seed (redis://host:7000?addr=host:7001)", false, boolean(&c.RedisCluster)},
+		{"database-url", "GATE_DATABASE_URL", "", "PostgreSQL URL for the audit store; empty uses SQLite at $GATE_DATA_DIR/gate.db", false, str(&c.DatabaseURL)},
+		{"nacos-addr", "GATE_NACOS_ADDR", "", "Nacos server host:port; empty reads rules from GATE_RULES", false, str(&c.NacosAddr)},
+		{"nacos-data-id", "GATE_NACOS_DATA_ID", "gate-rules.yaml", "Nacos data id of the rule document", false, str(&c.NacosDataID)},
+		{"nacos-group", "GATE_NACOS_GROUP", "GATE", "Nacos group of the rule document", false, str(&c.NacosGroup)},
+		{"nacos-namespace", "GATE_NACOS_NAMESPACE", "", "Nacos namespace id (empty: public)", false, str(&c.NacosNamespace)},
+		{"nacos-username", "GATE_NACOS_USERNAME", "", "Nacos user name, when the server requires login", false, str(&c.NacosUsername)},
+		{"nacos-password", "GATE_NACOS_PASSWORD", "", "Nacos password (prefer the variable to the flag)", true, str(&c.NacosPassword)},
+		{"data-dir", "GATE_DATA_DIR", "./data", "folder for SQLite, embedded NATS streams and the Nacos cache", false, str(&c.DataDir)},
+		{"http-addr", "GATE_HTTP_ADDR", "127.0.0.1:8080", "listen address of the HTTP API", false, str(&c.HTTPAddr)},
+		{"api-token", "GATE_API_TOKEN", "", "bearer token required on /v1/* (prefer the variable to the flag)", true, str(&c.APIToken)},
+		{"rules", "GATE_RULES", "./rules", "rule document: a YAML file or a folder of them", false, str(&c.Rules)},
+		{"rules-poll", "GATE_RULES_POLL", "1s", "how often the rules file or folder is checked for changes", false, dur(&c.RulesPoll)},
+		{"log-level", "GATE_LOG_LEVEL", "info", "debug, info, warn or error", false, str(&c.LogLevel)},
+		{"log-format", "GATE_LOG_FORMAT", "text", "text or json", false, str(&c.LogFormat)},
+		{"in-subject", "GATE_IN_SUBJECT", "gate.in", "subject producers publish to", false, str(&c.InSubject)},
+		{"out-subject", "GATE_OUT_SUBJECT", "gate.out", "subject forwarded messages are published to", false, str(&c.OutSubject)},
+		{"dead-subject", "GATE_DEAD_SUBJECT", "gate.dead", "subject undecidable messages are parked on", false, str(&c.DeadSubject)},
+		{"max-message-bytes", "GATE_MAX_MESSAGE_BYTES", "262144", "largest envelope decided; larger ones go to the dead letter", false, num(&c.MaxMessageBytes)},
+		{"batch", "GATE_BATCH", "256", "most messages decided together", false, num(&c.Batch)},
+		{"store-timeout", "GATE_STORE_TIMEOUT", "200ms", "longest wait for the window store on one batch", false, dur(&c.StoreTimeout)},
+		{"ack-wait", "GATE_ACK_WAIT", "30s", "JetStream AckWait of the gate consumer", false, dur(&c.AckWait)},
+		{"max-ack-pending", "GATE_MAX_ACK_PENDING", "1000", "JetStream MaxAckPending of the gate consumer", false, num(&c.MaxAckPending)},
+		{"retry-max", "GATE_RETRY_MAX", "30s", "longest delay before a message that met a transient failure is retried", false, dur(&c.RetryMax)},
+		{"redact-payload", "GATE_REDACT_PAYLOAD", "false", "leave the payload out of suppression rows", false, boolean(&c.RedactPayload)},
+		{"ledger-retention", "GATE_LEDGER_RETENTION", "168h", "how long decided message ids are remembered for de-duplication", false, dur(&c.LedgerRetention)},
+		{"shutdown-timeout", "GATE_SHUTDOWN_TIMEOUT", "10s", "longest graceful shutdown", false, dur(&c.ShutdownTimeout)},
+	}
+}
+
+// parseConfig reads flags over variables over defaults.
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	ss := settings(c)
+	fs := flag.NewFlagSet("gate serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	vals := make(map[string]*string, len(ss))
+	for _, s := range ss {
+		vals[s.flag] = fs.String(s.flag, "", fmt.Sprintf("%s (env %s, default %q)", s.help, s.env, s.def))
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, &usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return nil, &usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []string
+	for _, s := range ss {
+		v, from := s.def, "default"
+		if e := getenv(s.env); e != "" {
+			v, from = e, s.env
+		}
+		if given[s.flag] {
+			v, from = *vals[s.flag], "--"+s.flag
+		}
+		if err := s.set(strings.TrimSpace(v)); err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", from, err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, &usageError{"bad configuration: " + strings.Join(errs, "; ")}
+	}
+	return c, c.validate()
+}
+
+func (c *config) validate() error {
+	var errs []string
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Sprintf("GATE_LOG_FORMAT must be text or json, got %q", c.LogFormat))
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if c.Batch < 1 || c.Batch > 4096 {
+		errs = append(errs, fmt.Sprintf("GATE_BATCH must be from 1 to 4096, got %d", c.Batch))
+	}
+	if c.StoreTimeout <= 0 || c.AckWait <= 0 || c.RulesPoll <= 0 {
+		errs = append(errs, "GATE_STORE_TIMEOUT, GATE_ACK_WAIT and GATE_RULES_POLL must be positive")
+	}
+	if c.AckWait < 4*c.StoreTimeout {
+		errs = append(errs, fmt.Sprintf("GATE_ACK_WAIT (%s) must be well above GATE_STORE_TIMEOUT (%s)", c.AckWait, c.StoreTimeout))
+	}
+	if c.MaxMessageBytes < 1024 {
+		errs = append(errs, "GATE_MAX_MESSAGE_BYTES must be at least 1024")
+	}
+	if len(errs) > 0 {
+		return &usageError{"bad configuration: " + strings.Join(errs, "; ")}
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/httpapi"
+)
+
+// report prints the summary or the suppression rows of a running gate,
+// read through its HTTP API, as a table, JSON or CSV.
+func report(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	kind := "summary"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		kind, args = args[0], args[1:]
+	}
+	if kind != "summary" && kind != "suppressions" {
+		return &usageError{fmt.Sprintf("unknown report %q (want summary or suppressions)", kind)}
+	}
+	fs := flag.NewFlagSet("gate report", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	defServer := getenv("GATE_HTTP_ADDR")
+	if defServer == "" {
+		defServer = "127.0.0.1:8080"
+	}
+	server := fs.String("server", "http://"+defServer, "base URL of a running gate (default from GATE_HTTP_ADDR)")
+	format := fs.String("format", "table", "table, json or csv")
+	since := fs.String("since", "", "start time, RFC 3339, or a duration back from now such as 24h (default 24h for summary)")
+	until := fs.String("until", "", "end time, RFC 3339")
+	scene := fs.String("scene", "", "suppressions: only this scene")
+	recipient := fs.String("recipient", "", "suppressions: only this recipient (receive_id_type:receive_id)")
+	limit := fs.Int("limit", 100, "suppressions: rows per page")
+	all := fs.Bool("all", false, "suppressions: follow next_cursor through every page")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return nil
+		}
+		return &usageError{err.Error()}
+	}
+	switch *format {
+	case "table", "json", "csv":
+	default:
+		return &usageError{fmt.Sprintf("--format must be table, json or csv, got %q", *format)}
+	}
+	q := url.Values{}
+	s := *since
+	if s == "" && kind == "summary" {
+		s = "24h"
+	}
+	if s != "" {
+		t, err := parseSince(s, time.Now())
+		if err != nil {
+			return &usageError{err.Error()}
+		}
+		q.Set("since", t.Format(time.RFC3339))
+	}
+	if *until != "" {
+		q.Set("until", *until)
+	}
+	c := &apiClient{base: strings.TrimRight(*server, "/"), token: getenv("GATE_API_TOKEN"), http: &http.Client{Timeout: 15 * time.Second}}
+	if kind == "summary" {
+		var sum httpapi.Summary
+		if err := c.get(ctx, "/v1/reports/summary", q, &sum); err != nil {
+			return err
+		}
+		return printSummary(stdout, *format, sum)
+	}
+	if *scene != "" {
+		q.Set("scene", *scene)
+	}
+	if *recipient != "" {
+		q.Set("recipient", *recipient)
+	}
+	q.Set("limit", strconv.Itoa(*limit))
+	var rows []gate.Suppression
+	for {
+		var page gate.SuppressionPage
+		if err := c.get(ctx, "/v1/suppressions", q, &page); err != nil {
+			return err
+		}
+		rows = append(rows, page.Items...)
+		if !*all || page.NextCursor == "" {
+			break
+		}
+		q.Set("cursor", page.NextCursor)
+	}
+	return printSuppressions(stdout, *format, rows)
+}
+
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if d, err := gate.ParseDuration(s); err == nil {
+		return now.Add(-d).UTC(), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--since wants an RFC 3339 time or a duration such as 24h or 7d, got %q", s)
+	}
+	return t, nil
+}
+
+type apiClient struct {
+	base, token string
+	http        *http.Client
+}
+
+func (c *apiClient) get(ctx context.Context, path string, q url.Values, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path+"?"+q.Encode(), nil)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("report: is the gate running at %s? %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("report: read %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		_ = json.Unmarshal(body, &e)
+		if resp.StatusCode == http.StatusUnauthorized {
+			return fmt.Errorf("report: %s: %s (set GATE_API_TOKEN)", resp.Status, e.Error)
+		}
+		return fmt.Errorf("report: %s: %s", resp.Status, e.Error)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("report: decode %s: %w", path, err)
+	}
+	return nil
+}
+
+var summaryHeader = []string{"scene", "received", "forwarded", "suppressed", "dropped", "invalid", "shadow_suppressed", "shadow_dropped"}
+
+func summaryRow(s gate.SceneSummary) []string {
+	n := func(v int64) string { return strconv.FormatInt(v, 10) }
+	return []string{s.Scene, n(s.Received), n(s.Forwarded), n(s.Suppressed), n(s.Dropped), n(s.Invalid), n(s.ShadowSuppressed), n(s.ShadowDropped)}
+}
+
+func printSummary(w io.Writer, format string, sum httpapi.Summary) error {
+	switch format {
+	case "json":
+		return writeIndented(w, sum)
+	case "csv":
+		rows := [][]string{summaryHeader}
+		for _, s := range sum.Scenes {
+			rows = append(rows, summaryRow(s))
+		}
+		return writeCSV(w, rows)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.Join(summaryHeader, "\t")+"\t")
+	for _, s := range sum.Scenes {
+		fmt.Fprintln(tw, strings.Join(summaryRow(s), "\t")+"\t")
+	}
+	fmt.Fprintln(tw, strings.Join(summaryRow(sum.Total), "\t")+"\t")
+	return tw.Flush()
+}
+
+var suppressionHeader = []string{"decided_at", "scene", "recipient", "message_id", "limit", "count_seen", "next_allowed_at", "shadow", "rules_version"}
+
+func suppressionRow(s gate.Suppression) []string {
+	lim := s.Reason
+	if s.LimitMax > 0 {
+		lim = fmt.Sprintf("%s %d/%s", s.Scope, s.LimitMax, gate.FormatDuration(time.Duration(s.LimitWindow)))
+	}
+	next := ""
+	if !s.NextAllowedAt.IsZero() {
+		next = s.NextAllowedAt.UTC().Format(time.RFC3339)
+	}
+	return []string{s.DecidedAt.UTC().Format(time.RFC3339), s.Scene, s.Recipient, s.MessageID, lim,
+		strconv.Itoa(s.CountSeen), next, strconv.FormatBool(s.Shadow), s.RulesVersion}
+}
+
+func printSuppressions(w io.Writer, format string, rows []gate.Suppression) error {
+	switch format {
+	case "json":
+		if rows == nil {
+			rows = []gate.Suppression{}
+		}
+		return writeIndented(w, rows)
+	case "csv":
+		out := [][]string{suppressionHeader}
+		for _, s := range rows {
+			out = append(out, suppressionRow(s))
+		}
+		return writeCSV(w, out)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(suppressionHeader, "\t"))
+	for _, s := range rows {
+		fmt.Fprintln(tw, strings.Join(suppressionRow(s), "\t"))
+	}
+	return tw.Flush()
+}
+
+func writeIndented(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func writeCSV(w io.Writer, rows [][]string) error {
+	cw := csv.NewWriter(w)
+	if err := cw.WriteAll(rows); err != nil {
+		return fmt.Errorf("write csv: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,343 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/gormstore"
+	"github.com/antifatigue/gate/internal/httpapi"
+	"github.com/antifatigue/gate/internal/inmem"
+	"github.com/antifatigue/gate/internal/metrics"
+	"github.com/antifatigue/gate/internal/natsbus"
+	"github.com/antifatigue/gate/internal/pipeline"
+	"github.com/antifatigue/gate/internal/redisstore"
+	"github.com/antifatigue/gate/internal/rules"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("GATE_LOG_LEVEL must be debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}
+
+func newLogger(c *config, w io.Writer) *slog.Logger {
+	lvl, _ := parseLevel(c.LogLevel) // validated
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// serve runs the gate until ctx is cancelled, then shuts down gracefully:
+// it stops pulling, finishes the batch in hand, and exits within
+// GATE_SHUTDOWN_TIMEOUT.
+func serve(ctx context.Context, args []string, getenv func(string) string, _ io.Writer, stderr io.Writer) error {
+	c, err := parseConfig(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log := newLogger(c, stderr)
+	if err := os.MkdirAll(c.DataDir, 0o750); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	m := metrics.New(prometheus.NewRegistry())
+	var closers closeStack
+	defer closers.closeAll(log)
+
+	// Rules first: a gate with no valid rules must not start deciding.
+	live, ruleSource, err := startRules(ctx, c, m, log)
+	if err != nil {
+		return err
+	}
+
+	store, storeName, err := openWindowStore(c, &closers)
+	if err != nil {
+		return err
+	}
+
+	audit, auditName, err := openAudit(ctx, c, log, &closers)
+	if err != nil {
+		return err
+	}
+
+	nc, natsName, err := openNATS(ctx, c, log, &closers)
+	if err != nil {
+		return err
+	}
+	bus, err := natsbus.New(ctx, nc, natsbus.Options{
+		InSubject: c.InSubject, OutSubject: c.OutSubject, DeadSubject: c.DeadSubject,
+		AckWait: c.AckWait, MaxAckPending: c.MaxAckPending,
+		MaxMsgBytes: int32(min(max(2*c.MaxMessageBytes, 1<<20), 64<<20)),
+	}, log)
+	if err != nil {
+		return err
+	}
+
+	p, err := pipeline.New(pipeline.Options{
+		Rules: live, Store: store, Audit: audit, Forwarder: bus, Metrics: m, Log: log,
+		MaxMessageBytes: c.MaxMessageBytes,
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", c.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("http listen on %s: %w", c.HTTPAddr, err)
+	}
+	srv := &http.Server{
+		Handler: httpapi.NewServer(httpapi.Options{
+			Rules: live, Reports: audit, Token: c.APIToken, Metrics: m, Log: log,
+			Checks: map[string]httpapi.Check{
+				"nats":         bus.Ping,
+				"window_store": store.Ping,
+				"audit_store":  audit.Ping,
+				"rules":        ruleCheck(live),
+			},
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+
+	log.Info("gate starting",
+		"nats", natsName, "window_store", storeName, "audit_store", auditName, "rules", ruleSource,
+		"rules_version", live.Current().Version, "http", "http://"+ln.Addr().String(),
+		"api_token", c.APIToken != "", "in", c.InSubject, "out", c.OutSubject, "dead", c.DeadSubject)
+
+	var wg sync.WaitGroup
+	consumeCtx, stopConsume := context.WithCancel(context.Background())
+	defer stopConsume()
+	consumeErr := make(chan error, 1)
+	wg.Go(func() {
+		consumeErr <- bus.Consume(consumeCtx, p.Handle, natsbus.ConsumeOptions{
+			Batch: c.Batch, RetryMax: c.RetryMax, Metrics: m,
+		})
+	})
+	httpErr := make(chan error, 1)
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			httpErr <- err
+		}
+	})
+	wg.Go(func() { pruneLoop(consumeCtx, audit, log) })
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: no new messages, finishing the ones in hand")
+	case err := <-consumeErr:
+		runErr = fmt.Errorf("consumer stopped: %w", err)
+	case err := <-httpErr:
+		runErr = fmt.Errorf("http server: %w", err)
+	}
+
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+	defer cancel()
+	stopConsume()
+	done := make(chan struct{})
+	go func() {
+		_ = srv.Shutdown(shutdownCtx)
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		log.Info("gate stopped")
+	case <-shutdownCtx.Done():
+		log.Warn("shutdown timed out; messages in flight will be redelivered", "timeout", c.ShutdownTimeout)
+	}
+	return runErr
+}
+
+func ruleCheck(live gate.RuleSource) httpapi.Check {
+	return func(context.Context) error {
+		if live.Current() == nil {
+			return errors.New("no rules loaded")
+		}
+		return nil
+	}
+}
+
+// startRules loads the rules and starts watching their source.
+func startRules(ctx context.Context, c *config, m *metrics.Metrics, log *slog.Logger) (*rules.Live, string, error) {
+	source := "file:" + c.Rules
+	set, err := rules.LoadPath(c.Rules)
+	if err != nil {
+		return nil, "", fmt.Errorf("rules: %w", err)
+	}
+	live := rules.NewLive(source, set, m, log)
+	go rules.WatchPath(ctx, c.Rules, live, c.RulesPoll, log)
+	return live, source, nil
+}
+
+type windowStore interface {
+	gate.WindowStore
+}
+
+func openWindowStore(c *config, closers *closeStack) (windowStore, string, error) {
+	if c.RedisURL == "" {
+		s := inmem.New(inmem.Options{})
+		closers.push("window store", func() error { s.Close(); return nil })
+		return s, "in-process (GATE_REDIS_URL unset)", nil
+	}
+	var client redis.UniversalClient
+	if c.RedisCluster {
+		o, err := redis.ParseClusterURL(c.RedisURL)
+		if err != nil {
+			return nil, "", fmt.Errorf("GATE_REDIS_URL: %w", err)
+		}
+		client = redis.NewClusterClient(o)
+	} else {
+		o, err := redis.ParseURL(c.RedisURL)
+		if err != nil {
+			return nil, "", fmt.Errorf("GATE_REDIS_URL: %w", err)
+		}
+		client = redis.NewClient(o)
+	}
+	closers.push("redis", client.Close)
+	s, err := redisstore.New(client, redisstore.Options{Timeout: c.StoreTimeout})
+	if err != nil {
+		return nil, "", err
+	}
+	kind := "redis"
+	if c.RedisCluster {
+		kind = "redis cluster"
+	}
+	return s, kind + " " + redactURL(c.RedisURL), nil
+}
+
+func openAudit(ctx context.Context, c *config, log *slog.Logger, closers *closeStack) (*gormstore.Store, string, error) {
+	opts := gormstore.Options{
+		DatabaseURL: c.DatabaseURL, SQLitePath: filepath.Join(c.DataDir, "gate.db"),
+		RedactPayload: c.RedactPayload, Logger: log, LedgerRetention: c.LedgerRetention,
+	}
+	name := "sqlite " + opts.SQLitePath + " (GATE_DATABASE_URL unset)"
+	if c.DatabaseURL != "" {
+		name = "postgres " + redactURL(c.DatabaseURL)
+	}
+	var st *gormstore.Store
+	err := retryStart(ctx, log, "audit store", func() error {
+		var err error
+		st, err = gormstore.Open(ctx, opts)
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	closers.push("audit store", st.Close)
+	return st, name, nil
+}
+
+func openNATS(ctx context.Context, c *config, log *slog.Logger, closers *closeStack) (*nats.Conn, string, error) {
+	url, name := c.NATSURL, "nats "+redactURL(c.NATSURL)
+	if url == "" {
+		ns, err := natsbus.StartEmbedded(c.EmbeddedNATSAddr, filepath.Join(c.DataDir, "nats"))
+		if err != nil {
+			return nil, "", err
+		}
+		closers.push("embedded nats", func() error { ns.Shutdown(); ns.WaitForShutdown(); return nil })
+		url, name = ns.ClientURL(), "embedded nats-server on "+c.EmbeddedNATSAddr+" (GATE_NATS_URL unset)"
+	}
+	var nc *nats.Conn
+	err := retryStart(ctx, log, "nats", func() error {
+		var err error
+		nc, err = natsbus.Connect(url, "gate", log)
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	closers.push("nats", func() error { return nc.Drain() })
+	return nc, name, nil
+}
+
+// retryStart retries a dependency that is not up yet, so the gate can
+// start before its services do; it gives up only when ctx ends.
+func retryStart(ctx context.Context, log *slog.Logger, what string, f func() error) error {
+	delay := 500 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			log.Warn("waiting for "+what, "attempt", attempt, "err", err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s unavailable at start: %w", what, err)
+		case <-t.C:
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+func pruneLoop(ctx context.Context, audit *gormstore.Store, log *slog.Logger) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := audit.Prune(ctx, time.Now()); err != nil {
+				log.Warn("pruning the decision ledger failed; will try again in an hour", "err", err)
+			}
+		}
+	}
+}
+
+// redactURL hides the password of a URL for logs.
+func redactURL(s string) string {
+	if i := strings.Index(s, "://"); i >= 0 {
+		rest := s[i+3:]
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			cred := rest[:at]
+			if colon := strings.Index(cred, ":"); colon >= 0 {
+				return s[:i+3] + cred[:colon] + ":xxxxx" + rest[at:]
+			}
+		}
+	}
+	return s
+}
+
+// closeStack closes resources in reverse order of opening.
+type closeStack struct {
+	names []string
+	fns   []func() error
+}
+
+func (c *closeStack) push(name string, f func() error) {
+	c.names = append(c.names, name)
+	c.fns = append(c.fns, f)
+}
+
+func (c *closeStack) closeAll(log *slog.Logger) {
+	for i := len(c.fns) - 1; i >= 0; i-- {
+		if err := c.fns[i](); err != nil {
+			log.Warn("close", "what", c.names[i], "err", err)
+		}
+	}
+}
