@@ -1,0 +1,288 @@
+package gormstore
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+const (
+	// chunkRows bounds the rows of one multi-row statement, and the keys of
+	// one IN list: 500 rows of the widest table (14 columns) is 7,000
+	// parameters, far from PostgreSQL's 65,535 and SQLite's 32,766.
+	chunkRows = 500
+	// pruneBatch bounds one DELETE of the ledger, so pruning never holds
+	// long locks.
+	pruneBatch = 5000
+)
+
+// Decided reports which of keys were committed before: a key is in the map,
+// as true, only if it was. Keys are looked up 500 to a statement.
+func (s *Store) Decided(ctx context.Context, keys []string) (map[string]bool, error) {
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
+	decided := make(map[string]bool)
+	for chunk := range slices.Chunk(keys, chunkRows) {
+		rows, err := s.db.WithContext(ctx).Raw(`SELECT "key" FROM decisions WHERE "key" IN ?`, chunk).Rows()
+		if err != nil {
+			return nil, unavailable("decided", err)
+		}
+		if err := scanKeys(rows, decided); err != nil {
+			return nil, unavailable("decided", err)
+		}
+	}
+	return decided, nil
+}
+
+// Commit makes a batch durable in one transaction: it claims each record's
+// key in the ledger, and for the records whose key was new it writes their
+// suppression rows and adds them to their scenes' hourly counters. Records
+// whose key was committed before, or that repeat a key earlier in the batch,
+// change nothing.
+//
+// A record without a Key or a time, or with an unknown Outcome, is a
+// programming error: the whole batch is refused with an error wrapping
+// gate.ErrBadRequest and nothing is written. Any other error wraps
+// gate.ErrUnavailable, and nothing of the batch was written either.
+func (s *Store) Commit(ctx context.Context, recs []gate.Record) error {
+	recs, err := uniqueRecords(recs)
+	if err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		fresh, err := s.claim(tx, recs)
+		if err != nil {
+			return err
+		}
+		if err := s.insertSuppressions(tx, fresh); err != nil {
+			return err
+		}
+		return s.addCounts(tx, fresh)
+	})
+	if err != nil {
+		return unavailable("commit", err)
+	}
+	return nil
+}
+
+// uniqueRecords checks recs and keeps the first record of each key, sorted
+// by key: concurrent transactions then take the ledger's row locks in one
+// order and cannot deadlock on each other.
+func uniqueRecords(recs []gate.Record) ([]gate.Record, error) {
+	for i, r := range recs {
+		switch {
+		case r.Key == "":
+			return nil, fmt.Errorf("record %d: %w: empty key", i, gate.ErrBadRequest)
+		case r.At.IsZero():
+			return nil, fmt.Errorf("record %d (%s): %w: zero time", i, r.Key, gate.ErrBadRequest)
+		}
+		switch r.Outcome {
+		case gate.OutcomeForward, gate.OutcomeSuppress, gate.OutcomeDrop, gate.OutcomeInvalid:
+		default:
+			return nil, fmt.Errorf("record %d (%s): %w: unknown outcome %q", i, r.Key, gate.ErrBadRequest, r.Outcome)
+		}
+	}
+	out := slices.Clone(recs)
+	slices.SortStableFunc(out, func(a, b gate.Record) int { return strings.Compare(a.Key, b.Key) })
+	return slices.CompactFunc(out, func(a, b gate.Record) bool { return a.Key == b.Key }), nil
+}
+
+// claim inserts the records' keys into the ledger and returns the records
+// whose key was not there before, in order.
+func (s *Store) claim(tx *gorm.DB, recs []gate.Record) ([]gate.Record, error) {
+	fresh := make(map[string]bool, len(recs))
+	for chunk := range slices.Chunk(recs, chunkRows) {
+		args := make([]any, 0, 3*len(chunk))
+		for _, r := range chunk {
+			args = append(args, r.Key, string(r.Outcome), s.dbTime(r.At))
+		}
+		rows, err := tx.Raw(multiRow(`INSERT INTO decisions ("key", outcome, decided_at)`, 3, len(chunk))+
+			` ON CONFLICT ("key") DO NOTHING RETURNING "key"`, args...).Rows()
+		if err != nil {
+			return nil, fmt.Errorf("claim keys: %w", err)
+		}
+		if err := scanKeys(rows, fresh); err != nil {
+			return nil, fmt.Errorf("claim keys: %w", err)
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(recs), func(r gate.Record) bool { return !fresh[r.Key] }), nil
+}
+
+// insertSuppressions writes the audit rows of recs. A message id already
+// audited (under another key) keeps its first row.
+func (s *Store) insertSuppressions(tx *gorm.DB, recs []gate.Record) error {
+	var sups []gate.Suppression
+	for _, r := range recs {
+		if r.Suppression == nil {
+			continue
+		}
+		sup := *r.Suppression
+		sup.MessageID = cmp.Or(sup.MessageID, r.Key)
+		sup.Scene = cmp.Or(sup.Scene, r.Scene)
+		if sup.DecidedAt.IsZero() {
+			sup.DecidedAt = r.At
+		}
+		if s.redact {
+			sup.Payload = ""
+		}
+		sups = append(sups, sup)
+	}
+	slices.SortFunc(sups, func(a, b gate.Suppression) int { return strings.Compare(a.MessageID, b.MessageID) })
+	for chunk := range slices.Chunk(sups, chunkRows) {
+		args := make([]any, 0, 14*len(chunk))
+		for _, p := range chunk {
+			var payload any
+			if p.Payload != "" {
+				payload = p.Payload
+			}
+			args = append(args, p.MessageID, p.Scene, p.Recipient, string(p.Priority), string(p.Scope),
+				time.Duration(p.LimitWindow).Milliseconds(), p.LimitMax, p.CountSeen, p.Shadow, p.Reason,
+				p.RulesVersion, s.dbTime(p.DecidedAt), s.dbTimeOrNull(p.NextAllowedAt), payload)
+		}
+		err := tx.Exec(multiRow(`INSERT INTO suppressions (message_id, scene, recipient, priority, limit_scope,
+	limit_window_ms, limit_max, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload)`, 14, len(chunk))+
+			` ON CONFLICT (message_id) DO NOTHING`, args...).Error
+		if err != nil {
+			return fmt.Errorf("insert suppressions: %w", err)
+		}
+	}
+	return nil
+}
+
+// sceneHour is one row of scene_counters.
+type sceneHour struct {
+	hour time.Time
+	gate.SceneSummary
+}
+
+// addCounts adds recs to the hourly counters: summed in Go first, then one
+// upsert per chunk of (scene, hour) rows, in key order so that concurrent
+// batches lock the rows in one order.
+func (s *Store) addCounts(tx *gorm.DB, recs []gate.Record) error {
+	type key struct {
+		scene string
+		hour  int64
+	}
+	sums := make(map[key]*sceneHour)
+	for _, r := range recs {
+		hour := r.At.UTC().Truncate(time.Hour)
+		k := key{r.Scene, hour.Unix()}
+		c := sums[k]
+		if c == nil {
+			c = &sceneHour{hour: hour, SceneSummary: gate.SceneSummary{Scene: r.Scene}}
+			sums[k] = c
+		}
+		count(&c.SceneSummary, r)
+	}
+	rows := make([]*sceneHour, 0, len(sums))
+	for _, c := range sums {
+		rows = append(rows, c)
+	}
+	slices.SortFunc(rows, func(a, b *sceneHour) int {
+		return cmp.Or(strings.Compare(a.Scene, b.Scene), a.hour.Compare(b.hour))
+	})
+	for chunk := range slices.Chunk(rows, chunkRows) {
+		args := make([]any, 0, 9*len(chunk))
+		for _, c := range chunk {
+			args = append(args, c.Scene, s.dbTime(c.hour), c.Received, c.Forwarded, c.Suppressed, c.Dropped,
+				c.Invalid, c.ShadowSuppressed, c.ShadowDropped)
+		}
+		err := tx.Exec(multiRow(`INSERT INTO scene_counters (scene, hour, received, forwarded, suppressed, dropped,
+	invalid, shadow_suppressed, shadow_dropped)`, 9, len(chunk))+` ON CONFLICT (scene, hour) DO UPDATE SET
+	received = scene_counters.received + excluded.received,
+	forwarded = scene_counters.forwarded + excluded.forwarded,
+	suppressed = scene_counters.suppressed + excluded.suppressed,
+	dropped = scene_counters.dropped + excluded.dropped,
+	invalid = scene_counters.invalid + excluded.invalid,
+	shadow_suppressed = scene_counters.shadow_suppressed + excluded.shadow_suppressed,
+	shadow_dropped = scene_counters.shadow_dropped + excluded.shadow_dropped`, args...).Error
+		if err != nil {
+			return fmt.Errorf("add counters: %w", err)
+		}
+	}
+	return nil
+}
+
+// count adds one record to c. A shadow forward was forwarded, and is also
+// counted as what enforcement would have done.
+func count(c *gate.SceneSummary, r gate.Record) {
+	c.Received++
+	switch r.Outcome {
+	case gate.OutcomeForward:
+		c.Forwarded++
+		if r.Shadow {
+			switch r.ShadowOf {
+			case gate.ActionSuppress:
+				c.ShadowSuppressed++
+			case gate.ActionDrop:
+				c.ShadowDropped++
+			}
+		}
+	case gate.OutcomeSuppress:
+		c.Suppressed++
+	case gate.OutcomeDrop:
+		c.Dropped++
+	case gate.OutcomeInvalid:
+		c.Invalid++
+	}
+}
+
+// Prune deletes ledger keys decided before now minus the retention, 5,000
+// to a statement so it never holds long locks, and returns how many it
+// deleted. Run it periodically: a failed run leaves the ledger partly
+// pruned, which is fine. Errors wrap gate.ErrUnavailable.
+func (s *Store) Prune(ctx context.Context, now time.Time) (int64, error) {
+	cutoff := s.dbTime(now.Add(-s.retention))
+	var total int64
+	for {
+		res := s.db.WithContext(ctx).Exec(`DELETE FROM decisions WHERE "key" IN
+	(SELECT "key" FROM decisions WHERE decided_at < ? LIMIT ?)`, cutoff, pruneBatch)
+		if res.Error != nil {
+			return total, unavailable("prune", res.Error)
+		}
+		total += res.RowsAffected
+		if res.RowsAffected < pruneBatch {
+			return total, nil
+		}
+	}
+}
+
+// multiRow returns "head VALUES (?, …), (?, …)" for rows rows of cols
+// placeholders.
+func multiRow(head string, cols, rows int) string {
+	tuple := "(?" + strings.Repeat(", ?", cols-1) + ")"
+	var b strings.Builder
+	b.Grow(len(head) + 8 + rows*(len(tuple)+2))
+	b.WriteString(head)
+	b.WriteString(" VALUES ")
+	for i := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(tuple)
+	}
+	return b.String()
+}
+
+// scanKeys adds the single text column of rows to set, and closes rows.
+func scanKeys(rows *sql.Rows, set map[string]bool) error {
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return err
+		}
+		set[k] = true
+	}
+	return rows.Err()
+}

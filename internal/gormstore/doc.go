@@ -1,0 +1,21 @@
+// Package gormstore is the gate's audit store: it implements gate.AuditLog
+// (the idempotency ledger, suppression rows and per-scene hourly counters,
+// written together in one transaction per batch) and gate.Reports (the
+// suppression list and the summary) over gorm, on PostgreSQL or, for the
+// embedded default, on SQLite (github.com/glebarez/sqlite, pure Go).
+//
+// Opening a Store applies the SQL files of package migrations that the
+// database has not seen yet, each in its own transaction, and records them in
+// schema_migrations. On PostgreSQL a transaction-scoped advisory lock keeps
+// several gate processes starting at once from applying one twice; on SQLite
+// every transaction begins IMMEDIATE, which serializes writers the same way.
+//
+// Times are stored in UTC with microsecond precision. On PostgreSQL they are
+// timestamptz; SQLite has no time type, so they are TEXT in one fixed-width
+// format, 2006-01-02T15:04:05.000000Z, whose text order is time order (the
+// schema rejects any other spelling). Summaries resolve to one hour: the
+// counters are kept per scene and UTC hour.
+//
+// It may import the standard library, internal/gate, migrations, gorm and its
+// postgres and sqlite drivers; never another adapter.
+package gormstore

@@ -1,0 +1,202 @@
+package gormstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+// Page sizes of Suppressions.
+const (
+	DefaultPageLimit = 100
+	MaxPageLimit     = 1000
+)
+
+// Suppressions lists suppression rows matching f, newest first (by decided
+// time, then by id), one page at a time. Scene and Recipient match exactly;
+// Since is inclusive and Until exclusive. A Limit of 0 means
+// DefaultPageLimit; a negative one, one over MaxPageLimit, a malformed
+// cursor or Until before Since wraps gate.ErrBadRequest. The cursor of the
+// last page is "". Other errors wrap gate.ErrUnavailable.
+//
+// Paging is by keyset, so rows written while a reader pages are never
+// listed twice, and rows older than the cursor are never skipped.
+func (s *Store) Suppressions(ctx context.Context, f gate.SuppressionFilter) (gate.SuppressionPage, error) {
+	const op = "list suppressions"
+	limit := f.Limit
+	switch {
+	case limit == 0:
+		limit = DefaultPageLimit
+	case limit < 0 || limit > MaxPageLimit:
+		return gate.SuppressionPage{}, badRequest(op, "limit %d is not between 1 and %d", f.Limit, MaxPageLimit)
+	}
+	if err := checkRange(f.Since, f.Until); err != nil {
+		return gate.SuppressionPage{}, fmt.Errorf("%s: %w", op, err)
+	}
+	var where []string
+	var args []any
+	add := func(cond string, vals ...any) {
+		where = append(where, cond)
+		args = append(args, vals...)
+	}
+	if f.Scene != "" {
+		add("scene = ?", f.Scene)
+	}
+	if f.Recipient != "" {
+		add("recipient = ?", f.Recipient)
+	}
+	if !f.Since.IsZero() {
+		add("decided_at >= ?", s.dbTime(f.Since))
+	}
+	if !f.Until.IsZero() {
+		add("decided_at < ?", s.dbTime(f.Until))
+	}
+	if f.Cursor != "" {
+		at, id, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return gate.SuppressionPage{}, badRequest(op, "%v", err)
+		}
+		// A row-value comparison: both databases seek the index with it.
+		add("(decided_at, id) < (?, ?)", s.dbTime(at), id)
+	}
+	q := `SELECT id, message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
+	count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload FROM suppressions`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	// One row more than the page tells whether another page follows.
+	q += " ORDER BY decided_at DESC, id DESC LIMIT ?"
+	args = append(args, limit+1)
+
+	rows, err := s.db.WithContext(ctx).Raw(q, args...).Rows()
+	if err != nil {
+		return gate.SuppressionPage{}, unavailable(op, err)
+	}
+	items, err := scanSuppressions(rows)
+	if err != nil {
+		return gate.SuppressionPage{}, unavailable(op, err)
+	}
+	page := gate.SuppressionPage{Items: items}
+	if len(items) > limit {
+		page.Items = items[:limit]
+		last := page.Items[limit-1]
+		page.NextCursor = encodeCursor(last.DecidedAt, last.ID)
+	}
+	return page, nil
+}
+
+// scanSuppressions reads the rows of Suppressions' query and closes them.
+// Items is never nil, so an empty page encodes as [].
+func scanSuppressions(rows *sql.Rows) ([]gate.Suppression, error) {
+	defer rows.Close()
+	items := []gate.Suppression{}
+	for rows.Next() {
+		var (
+			p              gate.Suppression
+			windowMS       int64
+			decided, next  scanTime
+			payload        sql.NullString
+			priority, scop string
+		)
+		if err := rows.Scan(&p.ID, &p.MessageID, &p.Scene, &p.Recipient, &priority, &scop, &windowMS,
+			&p.LimitMax, &p.CountSeen, &p.Shadow, &p.Reason, &p.RulesVersion, &decided, &next, &payload); err != nil {
+			return nil, err
+		}
+		p.Priority, p.Scope = gate.Priority(priority), gate.Scope(scop)
+		p.LimitWindow = gate.Duration(time.Duration(windowMS) * time.Millisecond)
+		p.DecidedAt, p.NextAllowedAt, p.Payload = decided.t, next.t, payload.String
+		items = append(items, p)
+	}
+	return items, rows.Err()
+}
+
+// Summary sums each scene's hourly counters over [since, until), sorted by
+// scene. The resolution is one hour: the hour holding since counts whole,
+// and so does the hour holding until unless until is on the hour. A zero
+// since or until leaves that end open. Until before since wraps
+// gate.ErrBadRequest; other errors wrap gate.ErrUnavailable.
+func (s *Store) Summary(ctx context.Context, since, until time.Time) ([]gate.SceneSummary, error) {
+	const op = "summary"
+	if err := checkRange(since, until); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	var where []string
+	var args []any
+	if !since.IsZero() {
+		where = append(where, "hour >= ?")
+		args = append(args, s.dbTime(since.UTC().Truncate(time.Hour)))
+	}
+	if !until.IsZero() {
+		where = append(where, "hour < ?")
+		args = append(args, s.dbTime(until))
+	}
+	// SUM of bigint is numeric on PostgreSQL; the cast keeps it an integer
+	// on both databases.
+	q := `SELECT scene, CAST(SUM(received) AS BIGINT), CAST(SUM(forwarded) AS BIGINT),
+	CAST(SUM(suppressed) AS BIGINT), CAST(SUM(dropped) AS BIGINT), CAST(SUM(invalid) AS BIGINT),
+	CAST(SUM(shadow_suppressed) AS BIGINT), CAST(SUM(shadow_dropped) AS BIGINT) FROM scene_counters`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " GROUP BY scene"
+	rows, err := s.db.WithContext(ctx).Raw(q, args...).Rows()
+	if err != nil {
+		return nil, unavailable(op, err)
+	}
+	defer rows.Close()
+	out := []gate.SceneSummary{}
+	for rows.Next() {
+		var c gate.SceneSummary
+		if err := rows.Scan(&c.Scene, &c.Received, &c.Forwarded, &c.Suppressed, &c.Dropped, &c.Invalid,
+			&c.ShadowSuppressed, &c.ShadowDropped); err != nil {
+			return nil, unavailable(op, err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, unavailable(op, err)
+	}
+	// Sorted here, byte-wise: the databases' collations disagree.
+	slices.SortFunc(out, func(a, b gate.SceneSummary) int { return strings.Compare(a.Scene, b.Scene) })
+	return out, nil
+}
+
+// checkRange refuses an until before since, both set.
+func checkRange(since, until time.Time) error {
+	if !since.IsZero() && !until.IsZero() && until.Before(since) {
+		return fmt.Errorf("%w: until %s is before since %s", gate.ErrBadRequest,
+			until.UTC().Format(time.RFC3339Nano), since.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// encodeCursor writes the position after the row (at, id): base64url of
+// "<unix nanoseconds>.<id>". Opaque to callers; the format may change.
+func encodeCursor(at time.Time, id int64) string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%d.%d", at.UnixNano(), id))
+}
+
+var errMalformedCursor = errors.New("malformed cursor")
+
+// decodeCursor reads what encodeCursor wrote.
+func decodeCursor(c string) (time.Time, int64, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, 0, errMalformedCursor
+	}
+	ns, idText, ok := strings.Cut(string(b), ".")
+	nanos, err1 := strconv.ParseInt(ns, 10, 64)
+	id, err2 := strconv.ParseInt(idText, 10, 64)
+	if !ok || err1 != nil || err2 != nil || id <= 0 {
+		return time.Time{}, 0, errMalformedCursor
+	}
+	return time.Unix(0, nanos).UTC(), id, nil
+}

@@ -1,0 +1,202 @@
+package gormstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/migrations"
+)
+
+// DefaultLedgerRetention is how long a decided key stays in the idempotency
+// ledger when Options.LedgerRetention is zero: long enough to outlive any
+// redelivery of the message it names.
+const DefaultLedgerRetention = 7 * 24 * time.Hour
+
+// Options configures Open.
+type Options struct {
+	// DatabaseURL is a postgres:// or postgresql:// URL. Empty means SQLite
+	// at SQLitePath.
+	DatabaseURL string
+	// SQLitePath is the SQLite database file, created with its folder when
+	// missing. Used only when DatabaseURL is empty.
+	SQLitePath string
+	// RedactPayload keeps message payloads out of suppression rows.
+	RedactPayload bool
+	// Logger receives migrations applied and gorm's warnings (slow
+	// statements, never their arguments). Nil discards them.
+	Logger *slog.Logger
+	// LedgerRetention is how long Prune keeps decided keys; zero means
+	// DefaultLedgerRetention. A key pruned and then seen again is counted
+	// again.
+	LedgerRetention time.Duration
+}
+
+// Store is the audit store. It is safe for concurrent use.
+type Store struct {
+	db        *gorm.DB
+	sqlDB     *sql.DB
+	dialect   dialect
+	redact    bool
+	retention time.Duration
+	log       *slog.Logger
+}
+
+var (
+	_ gate.AuditLog = (*Store)(nil)
+	_ gate.Reports  = (*Store)(nil)
+)
+
+// dialect holds what differs between the two databases beyond the SQL files.
+type dialect struct {
+	name string // migrations.Postgres or migrations.SQLite
+	// textTimes stores times as fixed-width UTC text instead of timestamptz.
+	textTimes bool
+	// migrateLock, run first in each migration's transaction, keeps
+	// concurrent processes from applying one migration twice. Empty where
+	// the transaction is already exclusive (SQLite's BEGIN IMMEDIATE).
+	migrateLock string
+	// bookkeeping creates schema_migrations.
+	bookkeeping string
+}
+
+var (
+	postgresDialect = dialect{
+		name: migrations.Postgres,
+		// Keyed by schema, so databases shared by schema (tests, tenants)
+		// migrate independently.
+		migrateLock: `SELECT pg_advisory_xact_lock(1734440037, hashtext(coalesce(current_schema(), '')))`,
+		bookkeeping: `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    integer     PRIMARY KEY,
+	name       text        NOT NULL,
+	applied_at timestamptz NOT NULL
+)`,
+	}
+	sqliteDialect = dialect{
+		name:      migrations.SQLite,
+		textTimes: true,
+		bookkeeping: `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    INTEGER PRIMARY KEY,
+	name       TEXT    NOT NULL,
+	applied_at TEXT    NOT NULL
+)`,
+	}
+)
+
+// Open connects to the database named by opts, checks that it answers and
+// applies pending migrations. A database that cannot be reached gives an
+// error wrapping gate.ErrUnavailable; a bad option gives one wrapping
+// gate.ErrBadRequest.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	s := &Store{redact: opts.RedactPayload, retention: opts.LedgerRetention, log: opts.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.retention == 0 {
+		s.retention = DefaultLedgerRetention
+	}
+	if s.retention < 0 {
+		return nil, fmt.Errorf("open audit store: %w: negative ledger retention %s", gate.ErrBadRequest, s.retention)
+	}
+	dialector, d, err := pickDialect(opts)
+	if err != nil {
+		return nil, fmt.Errorf("open audit store: %w", err)
+	}
+	s.dialect = d
+	// SkipDefaultTransaction: every write here is already inside an
+	// explicit transaction, or is a single statement.
+	s.db, err = gorm.Open(dialector, &gorm.Config{
+		Logger:                 newGormLogger(s.log),
+		SkipDefaultTransaction: true,
+		DisableAutomaticPing:   true,
+	})
+	if err != nil && d.name == migrations.Postgres {
+		// The postgres driver only parses the URL here: a failure is a bad
+		// setting, not an outage. (pgx's message hides the password.)
+		return nil, fmt.Errorf("open audit store: %w: %w", gate.ErrBadRequest, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open audit store: %w", err)
+	}
+	if s.sqlDB, err = s.db.DB(); err != nil {
+		return nil, fmt.Errorf("open audit store: %w", err)
+	}
+	if s.dialect.name == migrations.SQLite {
+		// SQLite has one writer; a single connection queues writers in
+		// process instead of making them spin on SQLITE_BUSY.
+		s.sqlDB.SetMaxOpenConns(1)
+	}
+	if err := s.Ping(ctx); err != nil {
+		s.sqlDB.Close()
+		return nil, fmt.Errorf("open audit store: %w", err)
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.sqlDB.Close()
+		return nil, fmt.Errorf("open audit store: %w", err)
+	}
+	return s, nil
+}
+
+// pickDialect picks the database from opts. Error messages never repeat the
+// URL: it may hold a password.
+func pickDialect(opts Options) (gorm.Dialector, dialect, error) {
+	if opts.DatabaseURL != "" {
+		if !strings.HasPrefix(opts.DatabaseURL, "postgres://") && !strings.HasPrefix(opts.DatabaseURL, "postgresql://") {
+			return nil, dialect{}, fmt.Errorf("%w: database URL must start with postgres:// or postgresql://", gate.ErrBadRequest)
+		}
+		return postgres.Open(opts.DatabaseURL), postgresDialect, nil
+	}
+	path := opts.SQLitePath
+	if path == "" {
+		return nil, dialect{}, fmt.Errorf("%w: set a database URL or a SQLite path", gate.ErrBadRequest)
+	}
+	// The driver reads everything after '?' as options.
+	if strings.Contains(path, "?") {
+		return nil, dialect{}, fmt.Errorf("%w: SQLite path %q must not contain '?'", gate.ErrBadRequest, path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, dialect{}, fmt.Errorf("create folder for %s: %w", path, err)
+	}
+	// WAL lets readers (reports) run beside the writer; busy_timeout waits
+	// for another process's write instead of failing; _txlock=immediate
+	// takes the write lock at BEGIN, so a transaction never fails halfway
+	// when it upgrades from reading to writing.
+	return sqlite.Open(path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)" +
+		"&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"), sqliteDialect, nil
+}
+
+// Ping checks that the database answers. Errors wrap gate.ErrUnavailable.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.sqlDB.PingContext(ctx); err != nil {
+		return unavailable("ping", err)
+	}
+	return nil
+}
+
+// Close releases the connections. The Store is unusable afterwards.
+func (s *Store) Close() error {
+	if err := s.sqlDB.Close(); err != nil {
+		return fmt.Errorf("close audit store: %w", err)
+	}
+	return nil
+}
+
+// unavailable marks err, from the database or its driver, as transient.
+func unavailable(op string, err error) error {
+	return fmt.Errorf("%s: %w: %w", op, gate.ErrUnavailable, err)
+}
+
+// badRequest marks a mistake of the caller, which retrying cannot fix.
+func badRequest(op, format string, args ...any) error {
+	return fmt.Errorf("%s: %w: %s", op, gate.ErrBadRequest, fmt.Sprintf(format, args...))
+}
