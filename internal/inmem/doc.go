@@ -1,0 +1,12 @@
+// Package inmem is the gate.WindowStore that lives in the gate process: the
+// embedded default when no Redis is configured, and the fast twin that the
+// Redis store is checked against (both pass internal/storetest).
+//
+// Its semantics are those of internal/redisstore to the millisecond: the same
+// sliding windows, duplicates, trimming to the largest Max, expiry one second
+// after the longest window, and no write on rejection. Its clock is
+// injectable, so tests move time instead of sleeping. It counts only what
+// this process admitted: several gate processes need the Redis store.
+//
+// It imports the standard library and internal/gate only.
+package inmem

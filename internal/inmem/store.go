@@ -1,0 +1,304 @@
+package inmem
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+// DefaultSweepEvery is how often, by default, Admit drops expired windows.
+const DefaultSweepEvery = time.Minute
+
+// expiryMargin keeps a window a little past its longest limit, as the Redis
+// store's PEXPIRE does.
+const expiryMargin = 1000 // ms
+
+// Options tunes a Store. The zero value means the defaults.
+type Options struct {
+	// Now is the store's clock (default time.Now). Decisions use it at
+	// millisecond resolution, like Redis TIME.
+	Now func() time.Time
+	// SweepEvery is how much store time passes between two sweeps of expired
+	// windows (default one minute). Admit runs the sweep when it is due, so
+	// memory is bounded without a background goroutine: an idle store does
+	// not grow, and a busy one holds a window at most its longest limit,
+	// plus one second, plus SweepEvery.
+	SweepEvery time.Duration
+}
+
+// Store is a gate.WindowStore in process memory. It is safe for concurrent
+// use; every Admit call holds one mutex, so a batch is decided as one step.
+// Memory per window is bounded by the largest Max of its limits.
+type Store struct {
+	now        func() time.Time
+	sweepEvery int64 // ms
+
+	mu        sync.Mutex
+	windows   map[windowKey]*window
+	nextSweep int64 // ms
+}
+
+var _ gate.WindowStore = (*Store)(nil)
+
+// windowKey names a window: a (recipient, scene) window, or with capWindow
+// set, the recipient's window across scenes.
+type windowKey struct {
+	recipient, scene string
+	capWindow        bool
+}
+
+// window is one sorted set: entries ascending by (at, id), as Redis orders
+// equal scores by member, so trims remove the same members in both stores.
+type window struct {
+	entries []entry
+	expires int64 // ms; the window is gone once the clock passes it
+}
+
+type entry struct {
+	at int64 // ms
+	id string
+}
+
+func compareEntries(a, b entry) int {
+	return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.id, b.id))
+}
+
+// New returns an empty Store.
+func New(opts Options) *Store {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.SweepEvery <= 0 {
+		opts.SweepEvery = DefaultSweepEvery
+	}
+	return &Store{
+		now:        opts.Now,
+		sweepEvery: opts.SweepEvery.Milliseconds(),
+		windows:    make(map[windowKey]*window),
+	}
+}
+
+// Admit decides reqs in order; see gate.WindowStore. It fails only when ctx
+// is already done (wrapping gate.ErrUnavailable, as a remote store would) or
+// when a request is malformed (no id, recipient or scene, a window under
+// 1ms, a max under 1), which fails the whole batch before anything changes.
+func (s *Store) Admit(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.AdmitResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("admit: %w: %w", gate.ErrUnavailable, err)
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	for i := range reqs {
+		if err := validate(&reqs[i]); err != nil {
+			return nil, fmt.Errorf("admit: request %d (id %q): %w", i, reqs[i].ID, err)
+		}
+	}
+	results := make([]gate.AdmitResult, len(reqs))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range reqs {
+		now := s.now().UnixMilli()
+		if now >= s.nextSweep {
+			s.sweep(now)
+			s.nextSweep = now + s.sweepEvery
+		}
+		results[i] = s.admit(now, &reqs[i])
+	}
+	return results, nil
+}
+
+// admit decides one request at now (ms), step for step like admit.lua.
+func (s *Store) admit(now int64, r *gate.AdmitRequest) gate.AdmitResult {
+	res := gate.AdmitResult{Now: time.UnixMilli(now).UTC()}
+	if len(r.Limits)+len(r.Caps) == 0 {
+		res.Admitted = true // nothing limits the message, so nothing is kept
+		return res
+	}
+	// A scene without limits still keeps its ids (for duplicates) as long as
+	// the caps need them.
+	sceneSpan := r.Limits
+	if len(sceneSpan) == 0 {
+		sceneSpan = r.Caps
+	}
+	sk := windowKey{recipient: r.Recipient, scene: r.Scene}
+	ck := windowKey{recipient: r.Recipient, capWindow: true}
+	sw, sMax := span(sceneSpan)
+	cw, cMax := span(r.Caps)
+	scene := s.live(sk, now, sw)
+	var caps *window
+	if len(r.Caps) > 0 {
+		caps = s.live(ck, now, cw)
+	}
+
+	if scene.has(r.ID) {
+		res.Admitted, res.Duplicate = true, true
+		return res
+	}
+	if !r.Force {
+		var v verdict
+		v.check(scene, now, gate.ScopeScene, r.Limits)
+		v.check(caps, now, gate.ScopeRecipient, r.Caps)
+		if v.exceeded != nil {
+			res.Exceeded = v.exceeded
+			res.NextAllowedAt = time.UnixMilli(v.reopen).UTC()
+			return res
+		}
+	}
+	res.Admitted = true
+	s.record(sk, scene, entry{now, r.ID}, sMax, now+sw+expiryMargin)
+	if len(r.Caps) > 0 {
+		s.record(ck, caps, entry{now, r.ID}, cMax, now+cw+expiryMargin)
+	}
+	return res
+}
+
+// live returns the window of k with the members older than longest (ms)
+// dropped, or nil when nothing is left of it.
+func (s *Store) live(k windowKey, now, longest int64) *window {
+	w := s.windows[k]
+	if w == nil {
+		return nil
+	}
+	if now > w.expires {
+		delete(s.windows, k)
+		return nil
+	}
+	// Members are ascending: the expired ones are a prefix.
+	old, _ := slices.BinarySearchFunc(w.entries, now-longest+1, func(e entry, at int64) int { return cmp.Compare(e.at, at) })
+	w.entries = slices.Delete(w.entries, 0, old)
+	if len(w.entries) == 0 {
+		delete(s.windows, k)
+		return nil
+	}
+	return w
+}
+
+// record adds e to the window of k, keeps its newest keep members and sets
+// its expiry.
+func (s *Store) record(k windowKey, w *window, e entry, keep int, expires int64) {
+	if w == nil {
+		w = &window{}
+		s.windows[k] = w
+	}
+	at, _ := slices.BinarySearchFunc(w.entries, e, compareEntries)
+	w.entries = slices.Insert(w.entries, at, e)
+	if extra := len(w.entries) - keep; extra > 0 {
+		w.entries = slices.Delete(w.entries, 0, extra)
+	}
+	w.expires = expires
+}
+
+func (w *window) has(id string) bool {
+	if w == nil {
+		return false
+	}
+	return slices.ContainsFunc(w.entries, func(e entry) bool { return e.id == id })
+}
+
+// count returns how many members are newer than after (ms).
+func (w *window) count(after int64) int {
+	if w == nil {
+		return 0
+	}
+	i, _ := slices.BinarySearchFunc(w.entries, after+1, func(e entry, at int64) int { return cmp.Compare(e.at, at) })
+	return len(w.entries) - i
+}
+
+// verdict collects the exceeded limit that reopens last.
+type verdict struct {
+	exceeded *gate.Exceeded
+	reopen   int64 // ms
+}
+
+func (v *verdict) check(w *window, now int64, scope gate.Scope, limits []gate.Limit) {
+	for _, l := range limits {
+		ms := windowMillis(l.Window)
+		c := w.count(now - ms)
+		if c < l.Max {
+			continue
+		}
+		// The window reopens when the Max-th newest member leaves it.
+		reopen := w.entries[len(w.entries)-l.Max].at + ms
+		if v.exceeded == nil || reopen > v.reopen {
+			v.exceeded = &gate.Exceeded{Scope: scope, Limit: l, Count: c}
+			v.reopen = reopen
+		}
+	}
+}
+
+// span returns the longest window (ms) and the largest max of limits.
+func span(limits []gate.Limit) (longest int64, most int) {
+	for _, l := range limits {
+		longest = max(longest, windowMillis(l.Window))
+		most = max(most, l.Max)
+	}
+	return longest, most
+}
+
+// windowMillis rounds a window up to whole milliseconds, the store's
+// resolution, so that a window is never shorter than asked.
+func windowMillis(w time.Duration) int64 {
+	return int64((w + time.Millisecond - 1) / time.Millisecond)
+}
+
+// validate rejects what no valid rule document produces.
+func validate(r *gate.AdmitRequest) error {
+	switch {
+	case r.ID == "":
+		return errors.New("empty id")
+	case r.Recipient == "":
+		return errors.New("empty recipient")
+	case r.Scene == "":
+		return errors.New("empty scene")
+	}
+	for _, set := range [...]struct {
+		scope  gate.Scope
+		limits []gate.Limit
+	}{{gate.ScopeScene, r.Limits}, {gate.ScopeRecipient, r.Caps}} {
+		for j, l := range set.limits {
+			if l.Window <= 0 || l.Max < 1 {
+				return fmt.Errorf("%s limit %d {window %v, max %d}: window must be positive and max at least 1", set.scope, j, l.Window, l.Max)
+			}
+		}
+	}
+	return nil
+}
+
+// Sweep drops every expired window now. Admit calls it every SweepEvery;
+// call it yourself to release memory sooner.
+func (s *Store) Sweep() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweep(s.now().UnixMilli())
+}
+
+func (s *Store) sweep(now int64) {
+	for k, w := range s.windows {
+		if now > w.expires {
+			delete(s.windows, k)
+		}
+	}
+}
+
+// Len returns how many windows the store holds, expired ones not yet swept
+// included: what its memory is proportional to.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.windows)
+}
+
+// Ping reports whether ctx is still live: the store itself is always up.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ping: %w: %w", gate.ErrUnavailable, err)
+	}
+	return nil
+}
