@@ -1,0 +1,80 @@
+package redisstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestBuildCalls(t *testing.T) {
+	s, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}), Options{KeyPrefix: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, err := s.buildCalls([]gate.AdmitRequest{
+		{ID: "a", Recipient: "open_id:x", Scene: "s", Force: true,
+			Limits: []gate.Limit{{Window: time.Hour, Max: 1}, {Window: 1500 * time.Microsecond, Max: 3}},
+			Caps:   []gate.Limit{{Window: 24 * time.Hour, Max: 20}}},
+		{ID: "b", Recipient: "open_id:y", Scene: "t"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []call{
+		{keys: []string{"p:{open_id:x}:s:s", "p:{open_id:x}:c"}, args: []any{"a", 1, 2, 1, int64(3600000), 1, int64(2), 3, int64(86400000), 20}},
+		{keys: []string{"p:{open_id:y}:s:t", "p:{open_id:y}:c"}, args: []any{"b", 0, 0, 0}},
+	}
+	for i := range want {
+		if got := calls[i]; !equalCall(got, want[i]) {
+			t.Errorf("call %d = %#v, want %#v", i, got, want[i])
+		}
+	}
+	// Appending to one call's args must not overwrite the next call's.
+	if c := calls[0].args; cap(c) != len(c) {
+		t.Errorf("call 0 args have spare capacity %d", cap(c)-len(c))
+	}
+}
+
+func equalCall(a, b call) bool {
+	if len(a.keys) != len(b.keys) || len(a.args) != len(b.args) {
+		return false
+	}
+	for i := range a.keys {
+		if a.keys[i] != b.keys[i] {
+			return false
+		}
+	}
+	for i := range a.args {
+		if a.args[i] != b.args[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// BenchmarkBuildCalls measures the Go side of a decision: keys and ARGV for
+// a batch of messages of a scene {1h/1, 24h/3} under a cap {24h/20}.
+func BenchmarkBuildCalls(b *testing.B) {
+	s, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	limits := []gate.Limit{{Window: time.Hour, Max: 1}, {Window: 24 * time.Hour, Max: 3}}
+	caps := []gate.Limit{{Window: 24 * time.Hour, Max: 20}}
+	for _, n := range []int{1, 64} {
+		reqs := make([]gate.AdmitRequest, n)
+		for i := range reqs {
+			reqs[i] = gate.AdmitRequest{ID: "7f1c4d8e-2b3a-4c5d-9e8f-0a1b2c3d4e5f", Recipient: "open_id:ou_84aad35d084aa403a838cf73ee18467", Scene: "alert.disk_full", Limits: limits, Caps: caps}
+		}
+		b.Run(map[int]string{1: "batch1", 64: "batch64"}[n], func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.buildCalls(reqs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

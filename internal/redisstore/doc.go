@@ -1,0 +1,22 @@
+// Package redisstore is the gate.WindowStore over Redis, shared by every gate
+// process so that together they never admit more than a limit allows.
+//
+// Each decision is one Lua script (admit.lua) run on the Redis clock (TIME),
+// so check and record are atomic and hosts with skewed clocks agree. A batch
+// is one pipelined round trip of EVALSHA calls; the script is loaded lazily
+// and again whenever Redis answers NOSCRIPT (restart, failover, SCRIPT FLUSH).
+//
+// Key layout, hash-tagged by recipient so both keys of a decision share a
+// Redis Cluster slot:
+//
+//	<prefix>:{<recipient>}:s:<scene>   sorted set: the scene window
+//	<prefix>:{<recipient>}:c           sorted set: the recipient cap window
+//
+// Members are message ids, scores the admission time in Unix milliseconds. A
+// '}' or '%' in a recipient is percent-escaped so that no two recipients share
+// a key. A set holds at most the largest Max of its limits and expires one
+// second after its longest window.
+//
+// It imports the standard library, internal/gate and go-redis only; it never
+// imports another adapter.
+package redisstore

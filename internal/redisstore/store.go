@@ -1,0 +1,235 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of Options.
+const (
+	DefaultKeyPrefix = "gate"
+	DefaultTimeout   = 200 * time.Millisecond
+)
+
+// Options tunes a Store. The zero value means the defaults.
+type Options struct {
+	// KeyPrefix starts every key (default "gate"). It may not contain '{' or
+	// '}', which would move the Cluster hash tag away from the recipient.
+	KeyPrefix string
+	// Timeout bounds one Admit or Ping call, script reload included (default
+	// 200ms): a slow Redis must not stall the pipeline behind it.
+	Timeout time.Duration
+}
+
+// rediser is what the store calls on the client, so that *redis.Client,
+// *redis.ClusterClient and *redis.Ring all fit.
+type rediser interface {
+	Pipeline() redis.Pipeliner
+	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
+	Ping(ctx context.Context) *redis.StatusCmd
+}
+
+//go:embed admit.lua
+var admitSource string
+
+var admitScript = redis.NewScript(admitSource)
+
+// Store is a gate.WindowStore over Redis. It is safe for concurrent use, and
+// any number of Stores (in any number of processes) may share one Redis.
+type Store struct {
+	client  rediser
+	prefix  string
+	timeout time.Duration
+}
+
+var _ gate.WindowStore = (*Store)(nil)
+
+// New returns a Store over client. The client must be created with
+// ContextTimeoutEnabled: without it go-redis ignores context deadlines on
+// the socket, and a hung Redis would hold every Admit for the client's
+// ReadTimeout instead of Options.Timeout.
+func New(client redis.UniversalClient, opts Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: nil client")
+	}
+	if opts.KeyPrefix == "" {
+		opts.KeyPrefix = DefaultKeyPrefix
+	}
+	if strings.ContainsAny(opts.KeyPrefix, "{}") {
+		return nil, fmt.Errorf("redisstore: key prefix %q contains '{' or '}'", opts.KeyPrefix)
+	}
+	if opts.Timeout < 0 {
+		return nil, fmt.Errorf("redisstore: negative timeout %v", opts.Timeout)
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if !contextTimeoutEnabled(client) {
+		return nil, errors.New("redisstore: the redis client must set ContextTimeoutEnabled (URL: context_timeout_enabled=true) so that Timeout bounds each call")
+	}
+	return &Store{client: client, prefix: opts.KeyPrefix, timeout: opts.Timeout}, nil
+}
+
+// contextTimeoutEnabled reports whether the client honours context
+// deadlines; a client of an unknown type is trusted.
+func contextTimeoutEnabled(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
+}
+
+// SceneKey returns the key of the scene window of (recipient, scene).
+func (s *Store) SceneKey(recipient, scene string) string {
+	return s.sceneKey(escape(recipient), scene)
+}
+
+// CapKey returns the key of the recipient cap window.
+func (s *Store) CapKey(recipient string) string { return s.capKey(escape(recipient)) }
+
+func (s *Store) sceneKey(escaped, scene string) string {
+	return s.prefix + ":{" + escaped + "}:s:" + scene
+}
+
+func (s *Store) capKey(escaped string) string { return s.prefix + ":{" + escaped + "}:c" }
+
+// escape keeps the first '}' after the prefix the end of the hash tag, and
+// the mapping from recipient to key one-to-one.
+func escape(recipient string) string {
+	if strings.IndexByte(recipient, '}') < 0 && strings.IndexByte(recipient, '%') < 0 {
+		return recipient
+	}
+	return escaper.Replace(recipient)
+}
+
+var escaper = strings.NewReplacer("%", "%25", "}", "%7D")
+
+// Admit decides reqs in order in one round trip (two when the script must be
+// loaded first). See gate.WindowStore. Every error but a malformed request
+// wraps gate.ErrUnavailable. A malformed request (no id, recipient or scene,
+// a window under 1ms, a max under 1) fails the whole batch before anything
+// is sent: no rule document that validates can produce one.
+func (s *Store) Admit(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.AdmitResult, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	calls, err := s.buildCalls(reqs)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+
+	results := make([]gate.AdmitResult, len(reqs))
+	pending := make([]int, len(reqs))
+	for i := range pending {
+		pending[i] = i
+	}
+	for loaded := false; ; loaded = true {
+		noScript, err := s.run(ctx, reqs, calls, pending, results)
+		if err != nil {
+			return nil, fmt.Errorf("admit: %w: %w", gate.ErrUnavailable, err)
+		}
+		if len(noScript) == 0 {
+			return results, nil
+		}
+		if loaded {
+			return nil, fmt.Errorf("admit: %w: script missing right after loading it", gate.ErrUnavailable)
+		}
+		if err := s.client.ScriptLoad(ctx, admitSource).Err(); err != nil {
+			return nil, fmt.Errorf("admit: load script: %w: %w", gate.ErrUnavailable, err)
+		}
+		// Only the requests that met NOSCRIPT run again. The others were
+		// decided; running them again would turn their admission into a
+		// Duplicate. On one connection NOSCRIPT hits a run of consecutive
+		// calls, so each recipient's order holds but for a SCRIPT LOAD by
+		// another client in the middle of the batch, which is no worse than
+		// that client's own decisions interleaving with ours.
+		pending = noScript
+	}
+}
+
+// run sends the pending calls in one pipeline and decodes their replies into
+// results. It returns the indexes that met NOSCRIPT.
+func (s *Store) run(ctx context.Context, reqs []gate.AdmitRequest, calls []call, pending []int, results []gate.AdmitResult) ([]int, error) {
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(pending))
+	for j, i := range pending {
+		cmds[j] = pipe.EvalSha(ctx, admitScript.Hash(), calls[i].keys, calls[i].args...)
+	}
+	// Exec's error is the first command's; each command carries its own.
+	_, _ = pipe.Exec(ctx)
+	var noScript []int
+	for j, i := range pending {
+		reply, err := cmds[j].Slice()
+		switch {
+		case redis.HasErrorPrefix(err, "NOSCRIPT"):
+			noScript = append(noScript, i)
+		case err != nil:
+			return nil, err
+		default:
+			if results[i], err = decode(reply, &reqs[i]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return noScript, nil
+}
+
+// decode turns the script's reply into a result; see admit.lua.
+func decode(reply []any, req *gate.AdmitRequest) (gate.AdmitResult, error) {
+	var n [6]int64
+	if len(reply) < 2 || len(reply) > len(n) {
+		return gate.AdmitResult{}, fmt.Errorf("script reply %v: %d elements", reply, len(reply))
+	}
+	for i, v := range reply {
+		x, ok := v.(int64)
+		if !ok {
+			return gate.AdmitResult{}, fmt.Errorf("script reply %v: element %d is %T, not an integer", reply, i, v)
+		}
+		n[i] = x
+	}
+	res := gate.AdmitResult{Now: time.UnixMilli(n[0]).UTC()}
+	switch {
+	case n[1] == 1:
+		res.Admitted = true
+		return res, nil
+	case n[1] == 2:
+		res.Admitted, res.Duplicate = true, true
+		return res, nil
+	case n[1] != 0 || len(reply) != len(n):
+		return gate.AdmitResult{}, fmt.Errorf("script reply %v: unknown shape", reply)
+	}
+	scope, limits := gate.ScopeScene, req.Limits
+	if n[2] == 2 {
+		scope, limits = gate.ScopeRecipient, req.Caps
+	}
+	if n[3] < 0 || n[3] >= int64(len(limits)) {
+		return gate.AdmitResult{}, fmt.Errorf("script reply %v: no %s limit %d", reply, scope, n[3])
+	}
+	res.Exceeded = &gate.Exceeded{Scope: scope, Limit: limits[n[3]], Count: int(n[4])}
+	res.NextAllowedAt = time.UnixMilli(n[5]).UTC()
+	return res, nil
+}
+
+// Ping checks that Redis answers within the store's timeout.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("ping redis: %w: %w", gate.ErrUnavailable, err)
+	}
+	return nil
+}

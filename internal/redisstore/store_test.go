@@ -1,0 +1,289 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"net"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/storetest"
+	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/redis/go-redis/v9"
+)
+
+// newClient returns a client of the test Redis, closed when t ends.
+func newClient(t *testing.T) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatalf("parse GATE_TEST_REDIS_URL: %v", err)
+	}
+	opts.ContextTimeoutEnabled = true
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// newStore returns a Store over client with a generous timeout: the tests
+// share two cores with -race.
+func newStore(t *testing.T, client redis.UniversalClient, prefix string) *Store {
+	t.Helper()
+	s, err := New(client, Options{KeyPrefix: prefix, Timeout: time.Second})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s
+}
+
+// newPrefix returns a key prefix of this test alone, and deletes its keys
+// when t ends.
+func newPrefix(t *testing.T, raw *redis.Client) string {
+	t.Helper()
+	prefix := testenv.Unique("gatetest")
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if keys := scanKeys(t, raw, prefix+":*"); len(keys) > 0 {
+			raw.Del(ctx, keys...)
+		}
+	})
+	return prefix
+}
+
+func scanKeys(t *testing.T, raw *redis.Client, match string) []string {
+	t.Helper()
+	var keys []string
+	iter := raw.Scan(context.Background(), 0, match, 1000).Iterator()
+	for iter.Next(context.Background()) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatalf("scan %s: %v", match, err)
+	}
+	return keys
+}
+
+var globSpecial = regexp.MustCompile(`[*?\[\]\\]`)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		Open: func(t *testing.T) storetest.Backend {
+			raw := newClient(t)
+			prefix := newPrefix(t, raw)
+			s := newStore(t, raw, prefix)
+			ctx := context.Background()
+			return storetest.Backend{
+				Store:  s,
+				Client: func(t *testing.T) gate.WindowStore { return newStore(t, newClient(t), prefix) },
+				Sleep:  time.Sleep,
+				Now: func(t *testing.T) time.Time {
+					now, err := raw.Time(ctx).Result()
+					if err != nil {
+						t.Fatalf("TIME: %v", err)
+					}
+					return now
+				},
+				Keys: func(t *testing.T, recipient string) int {
+					tag := globSpecial.ReplaceAllString(escape(recipient), `\$0`)
+					n := 0
+					// EXISTS expires a key whose time has come, as any read would.
+					for _, k := range scanKeys(t, raw, prefix+":{"+tag+"}:*") {
+						n += int(raw.Exists(ctx, k).Val())
+					}
+					return n
+				},
+				Members: func(t *testing.T, recipient, scene string) int {
+					key := s.CapKey(recipient)
+					if scene != "" {
+						key = s.SceneKey(recipient, scene)
+					}
+					n, err := raw.ZCard(ctx, key).Result()
+					if err != nil {
+						t.Fatalf("ZCARD %s: %v", key, err)
+					}
+					return int(n)
+				},
+			}
+		},
+	})
+}
+
+// After SCRIPT FLUSH (as after a restart or failover) the next batch loads
+// the script again and is decided once: no request comes back Duplicate.
+func TestScriptReloadedAfterFlush(t *testing.T) {
+	raw := newClient(t)
+	s := newStore(t, raw, newPrefix(t, raw))
+	ctx := context.Background()
+	r := "open_id:" + testenv.Unique("r")
+	q := func(id string) gate.AdmitRequest {
+		return gate.AdmitRequest{ID: id, Recipient: r, Scene: "s", Limits: []gate.Limit{{Window: time.Hour, Max: 3}}}
+	}
+	if _, err := s.Admit(ctx, []gate.AdmitRequest{q("a")}); err != nil {
+		t.Fatalf("first Admit: %v", err)
+	}
+	if err := raw.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatalf("SCRIPT FLUSH: %v", err)
+	}
+	res, err := s.Admit(ctx, []gate.AdmitRequest{q("b"), q("c"), q("d"), q("a")})
+	if err != nil {
+		t.Fatalf("Admit after SCRIPT FLUSH: %v", err)
+	}
+	got := make([]string, len(res))
+	for i, r := range res {
+		switch {
+		case r.Duplicate:
+			got[i] = "duplicate"
+		case r.Admitted:
+			got[i] = "admitted"
+		default:
+			got[i] = "rejected"
+		}
+	}
+	if want := "admitted admitted rejected duplicate"; strings.Join(got, " ") != want {
+		t.Fatalf("after SCRIPT FLUSH got %q, want %q", strings.Join(got, " "), want)
+	}
+}
+
+func TestUnreachableIsUnavailable(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	checkUnavailable(t, client, 200*time.Millisecond)
+}
+
+// A Redis that accepts connections and never answers (hung, or behind a
+// dead link) costs a caller Timeout, not the client's ReadTimeout.
+func TestHungRedisTimesOut(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan net.Conn, 100)
+	t.Cleanup(func() {
+		_ = ln.Close()
+		for {
+			select {
+			case c := <-conns:
+				_ = c.Close()
+			default:
+				return
+			}
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns <- c // held open, never answered
+		}
+	}()
+	client := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ContextTimeoutEnabled: true, ReadTimeout: 5 * time.Second})
+	t.Cleanup(func() { _ = client.Close() })
+	checkUnavailable(t, client, 200*time.Millisecond)
+}
+
+func checkUnavailable(t *testing.T, client *redis.Client, timeout time.Duration) {
+	t.Helper()
+	s, err := New(client, Options{Timeout: timeout})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx := context.Background()
+	start := time.Now()
+	_, err = s.Admit(ctx, []gate.AdmitRequest{{ID: "m", Recipient: "open_id:r", Scene: "s", Limits: []gate.Limit{{Window: time.Hour, Max: 1}}}})
+	if took := time.Since(start); took > timeout+time.Second {
+		t.Errorf("Admit took %v, want about the timeout %v", took, timeout)
+	}
+	if !errors.Is(err, gate.ErrUnavailable) {
+		t.Errorf("Admit error = %v, want one that wraps gate.ErrUnavailable", err)
+	}
+	start = time.Now()
+	err = s.Ping(ctx)
+	if took := time.Since(start); took > timeout+time.Second {
+		t.Errorf("Ping took %v, want about the timeout %v", took, timeout)
+	}
+	if !errors.Is(err, gate.ErrUnavailable) {
+		t.Errorf("Ping error = %v, want one that wraps gate.ErrUnavailable", err)
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	ok := &redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		opts   Options
+	}{
+		{"nil client", nil, Options{}},
+		{"client ignoring context deadlines", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Options{}},
+		{"cluster client ignoring context deadlines", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}), Options{}},
+		{"brace in prefix", redis.NewClient(ok), Options{KeyPrefix: "ga{te"}},
+		{"negative timeout", redis.NewClient(ok), Options{Timeout: -time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.client != nil {
+				t.Cleanup(func() { _ = tc.client.Close() })
+			}
+			if s, err := New(tc.client, tc.opts); err == nil {
+				t.Fatalf("New = %+v, want an error", s)
+			}
+		})
+	}
+}
+
+func TestKeys(t *testing.T) {
+	s, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ recipient, scene, wantScene, wantCap string }{
+		{"open_id:ou_1", "alert.disk_full", "gate:{open_id:ou_1}:s:alert.disk_full", "gate:{open_id:ou_1}:c"},
+		// A '}' would end the hash tag early; '%' is escaped so that the
+		// escape itself cannot collide.
+		{"email:a}b", "s", "gate:{email:a%7Db}:s:s", "gate:{email:a%7Db}:c"},
+		{"email:a%7Db", "s", "gate:{email:a%257Db}:s:s", "gate:{email:a%257Db}:c"},
+		{"email:{x}", "s}", "gate:{email:{x%7D}:s:s}", "gate:{email:{x%7D}:c"},
+	} {
+		if got := s.SceneKey(tc.recipient, tc.scene); got != tc.wantScene {
+			t.Errorf("SceneKey(%q, %q) = %q, want %q", tc.recipient, tc.scene, got, tc.wantScene)
+		}
+		if got := s.CapKey(tc.recipient); got != tc.wantCap {
+			t.Errorf("CapKey(%q) = %q, want %q", tc.recipient, got, tc.wantCap)
+		}
+	}
+}
+
+// TestMemoryPerWindow reports what one (recipient, scene) window costs in
+// Redis for the rule {1/h, 3/24h} holding 3 members with 36-character ids.
+func TestMemoryPerWindow(t *testing.T) {
+	raw := newClient(t)
+	s := newStore(t, raw, newPrefix(t, raw))
+	ctx := context.Background()
+	r := "open_id:ou_" + strings.Repeat("7", 32)
+	reqs := make([]gate.AdmitRequest, 3)
+	for i := range reqs {
+		id := testenv.Unique("m")
+		id += strings.Repeat("0", 36-len(id))
+		reqs[i] = gate.AdmitRequest{ID: id[:36], Recipient: r, Scene: "alert.disk_full", Force: true,
+			Limits: []gate.Limit{{Window: time.Hour, Max: 1}, {Window: 24 * time.Hour, Max: 3}}}
+	}
+	if _, err := s.Admit(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	key := s.SceneKey(r, "alert.disk_full")
+	n, err := raw.MemoryUsage(ctx, key).Result()
+	if err != nil {
+		t.Fatalf("MEMORY USAGE: %v", err)
+	}
+	if card := raw.ZCard(ctx, key).Val(); card != 3 {
+		t.Fatalf("ZCARD = %d, want 3", card)
+	}
+	t.Logf("MEMORY USAGE %s = %d bytes (3 members, 36-byte ids)", key, n)
+	if n > 512 {
+		t.Errorf("window takes %d bytes, want a small listpack (under 512)", n)
+	}
+}
