@@ -5,8 +5,8 @@
 //
 // A store's own test calls Run with a Harness that opens a fresh store per
 // test and moves its clock (a real sleep for Redis, a fake clock in
-// process). Run's tests are parallel and, on a real clock, sleep a little
-// under two seconds in all.
+// process). On a real clock its tests sleep about six seconds in all, but
+// they run in parallel, so a run takes under two.
 //
 // It imports the standard library, internal/gate and internal/testenv, and
 // is imported only by tests.
