@@ -26,6 +26,7 @@ run: build
 test:
 	@set -e; env_file=$$(mktemp); trap 'rm -f $$env_file' EXIT; \
 	bash scripts/services.sh > $$env_file; \
+	bash scripts/nacos.sh >> $$env_file; \
 	set -a; . $$env_file; set +a; \
 	export GATE_TEST_REQUIRE_SERVICES=1; \
 	echo "make test: services ready; running go test $(TESTFLAGS) $(PKGS)"; \
@@ -42,6 +43,7 @@ services:
 bench:
 	@set -e; env_file=$$(mktemp); trap 'rm -f $$env_file' EXIT; \
 	bash scripts/services.sh > $$env_file; \
+	bash scripts/nacos.sh >> $$env_file; \
 	set -a; . $$env_file; set +a; \
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 $(PKGS)
 

@@ -24,6 +24,7 @@ type config struct {
 	NacosNamespace   string
 	NacosUsername    string
 	NacosPassword    string
+	NacosResync      time.Duration
 	DataDir          string
 	HTTPAddr         string
 	APIToken         string
@@ -43,6 +44,10 @@ type config struct {
 	RedactPayload    bool
 	LedgerRetention  time.Duration
 	ShutdownTimeout  time.Duration
+
+	// explicit holds the flags whose value came from a flag or a variable
+	// rather than the default.
+	explicit map[string]bool
 }
 
 // setting describes one flag and its variable.
@@ -101,6 +106,7 @@ func settings(c *config) []setting {
 		{"api-token", "GATE_API_TOKEN", "", "bearer token required on /v1/* (prefer the variable to the flag)", true, str(&c.APIToken)},
 		{"rules", "GATE_RULES", "./rules", "rule document: a YAML file or a folder of them", false, str(&c.Rules)},
 		{"rules-poll", "GATE_RULES_POLL", "1s", "how often the rules file or folder is checked for changes", false, dur(&c.RulesPoll)},
+		{"nacos-resync", "GATE_NACOS_RESYNC", "30s", "how often the Nacos document is re-read besides push notifications", false, dur(&c.NacosResync)},
 		{"log-level", "GATE_LOG_LEVEL", "info", "debug, info, warn or error", false, str(&c.LogLevel)},
 		{"log-format", "GATE_LOG_FORMAT", "text", "text or json", false, str(&c.LogFormat)},
 		{"in-subject", "GATE_IN_SUBJECT", "gate.in", "subject producers publish to", false, str(&c.InSubject)},
@@ -140,6 +146,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []string
+	c.explicit = map[string]bool{}
 	for _, s := range ss {
 		v, from := s.def, "default"
 		if e := getenv(s.env); e != "" {
@@ -148,6 +155,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		if given[s.flag] {
 			v, from = *vals[s.flag], "--"+s.flag
 		}
+		c.explicit[s.flag] = from != "default"
 		if err := s.set(strings.TrimSpace(v)); err != nil {
 			errs = append(errs, fmt.Sprintf("%s: %v", from, err))
 		}

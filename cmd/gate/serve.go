@@ -20,6 +20,7 @@ import (
 	"github.com/antifatigue/gate/internal/httpapi"
 	"github.com/antifatigue/gate/internal/inmem"
 	"github.com/antifatigue/gate/internal/metrics"
+	"github.com/antifatigue/gate/internal/nacosrules"
 	"github.com/antifatigue/gate/internal/natsbus"
 	"github.com/antifatigue/gate/internal/pipeline"
 	"github.com/antifatigue/gate/internal/redisstore"
@@ -66,7 +67,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	defer closers.closeAll(log)
 
 	// Rules first: a gate with no valid rules must not start deciding.
-	live, ruleSource, err := startRules(ctx, c, m, log)
+	live, ruleSource, rulesReady, err := startRules(ctx, c, m, log, &closers)
 	if err != nil {
 		return err
 	}
@@ -113,7 +114,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 				"nats":         bus.Ping,
 				"window_store": store.Ping,
 				"audit_store":  audit.Ping,
-				"rules":        ruleCheck(live),
+				"rules":        rulesReady,
 			},
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -178,27 +179,82 @@ func ruleCheck(live gate.RuleSource) httpapi.Check {
 	}
 }
 
-// startRules loads the rules and starts watching their source.
-func startRules(ctx context.Context, c *config, m *metrics.Metrics, log *slog.Logger) (*rules.Live, string, error) {
-	source := "file:" + c.Rules
-	set, err := rules.LoadPath(c.Rules)
-	if err != nil {
-		return nil, "", fmt.Errorf("rules: %w", err)
+// startRules loads the rules and starts watching their source: the Nacos
+// document when GATE_NACOS_ADDR is set, else the GATE_RULES file or folder.
+func startRules(ctx context.Context, c *config, m *metrics.Metrics, log *slog.Logger, closers *closeStack) (*rules.Live, string, httpapi.Check, error) {
+	if c.NacosAddr == "" {
+		source := "file:" + c.Rules
+		set, err := rules.LoadPath(c.Rules)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("rules: %w", err)
+		}
+		live, err := rules.NewLive(source, set, m, log)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		go rules.WatchPath(ctx, c.Rules, live, c.RulesPoll, log)
+		return live, source, ruleCheck(live), nil
 	}
-	live := rules.NewLive(source, set, m, log)
-	go rules.WatchPath(ctx, c.Rules, live, c.RulesPoll, log)
-	return live, source, nil
+
+	src, err := newNacosSource(c, log)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	closers.push("nacos", func() error { src.Close(); return nil })
+	source := src.Name()
+	set, err := initialNacosRules(src, c, log)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	live, err := rules.NewLive(source, set, m, log)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if err := src.Watch(ctx, live); err != nil {
+		return nil, "", nil, err
+	}
+	return live, source, src.Ping, nil
 }
 
-type windowStore interface {
-	gate.WindowStore
+func newNacosSource(c *config, log *slog.Logger) (*nacosrules.Source, error) {
+	return nacosrules.New(nacosrules.Options{
+		Addrs: c.NacosAddr, Namespace: c.NacosNamespace, Group: c.NacosGroup, DataID: c.NacosDataID,
+		Username: c.NacosUsername, Password: c.NacosPassword, DataDir: c.DataDir, Resync: c.NacosResync, Log: log,
+	})
 }
 
-func openWindowStore(c *config, closers *closeStack) (windowStore, string, error) {
+// initialNacosRules reads the Nacos document at start. When the server is
+// down it starts from the SDK's last snapshot; when there is none, or the
+// document is missing or invalid, it falls back to GATE_RULES only if that
+// was set explicitly, and otherwise refuses to start.
+func initialNacosRules(src *nacosrules.Source, c *config, log *slog.Logger) (*gate.RuleSet, error) {
+	doc, fromSnapshot, err := src.Initial()
+	var set *gate.RuleSet
+	if err == nil {
+		set, err = rules.Parse(src.Name(), doc)
+		if err == nil && fromSnapshot {
+			log.Warn("nacos unreachable at start; deciding with the rules of the local snapshot until it answers",
+				"source", src.Name(), "version", set.Version)
+		}
+	}
+	if err == nil {
+		return set, nil
+	}
+	if !c.explicit["rules"] {
+		return nil, fmt.Errorf("rules: %w (set GATE_RULES to a fallback document to start anyway)", err)
+	}
+	fallback, ferr := rules.LoadPath(c.Rules)
+	if ferr != nil {
+		return nil, fmt.Errorf("rules: %w; and the fallback GATE_RULES: %w", err, ferr)
+	}
+	log.Warn("nacos rules unavailable at start; deciding with the fallback document until nacos provides valid rules",
+		"source", src.Name(), "err", err, "fallback", c.Rules, "version", fallback.Version)
+	return fallback, nil
+}
+
+func openWindowStore(c *config, closers *closeStack) (gate.WindowStore, string, error) {
 	if c.RedisURL == "" {
-		s := inmem.New(inmem.Options{})
-		closers.push("window store", func() error { s.Close(); return nil })
-		return s, "in-process (GATE_REDIS_URL unset)", nil
+		return inmem.New(inmem.Options{}), "in-process (GATE_REDIS_URL unset)", nil
 	}
 	var client redis.UniversalClient
 	if c.RedisCluster {
@@ -206,12 +262,14 @@ func openWindowStore(c *config, closers *closeStack) (windowStore, string, error
 		if err != nil {
 			return nil, "", fmt.Errorf("GATE_REDIS_URL: %w", err)
 		}
+		o.ContextTimeoutEnabled = true // GATE_STORE_TIMEOUT bounds every call
 		client = redis.NewClusterClient(o)
 	} else {
 		o, err := redis.ParseURL(c.RedisURL)
 		if err != nil {
 			return nil, "", fmt.Errorf("GATE_REDIS_URL: %w", err)
 		}
+		o.ContextTimeoutEnabled = true
 		client = redis.NewClient(o)
 	}
 	closers.push("redis", client.Close)
@@ -240,7 +298,7 @@ func openAudit(ctx context.Context, c *config, log *slog.Logger, closers *closeS
 		var err error
 		st, err = gormstore.Open(ctx, opts)
 		return err
-	})
+	}, func(err error) bool { return errors.Is(err, gate.ErrUnavailable) })
 	if err != nil {
 		return nil, "", err
 	}
@@ -263,7 +321,7 @@ func openNATS(ctx context.Context, c *config, log *slog.Logger, closers *closeSt
 		var err error
 		nc, err = natsbus.Connect(url, "gate", log)
 		return err
-	})
+	}, func(err error) bool { return !errors.Is(err, nats.ErrBadSubject) })
 	if err != nil {
 		return nil, "", err
 	}
@@ -272,13 +330,17 @@ func openNATS(ctx context.Context, c *config, log *slog.Logger, closers *closeSt
 }
 
 // retryStart retries a dependency that is not up yet, so the gate can
-// start before its services do; it gives up only when ctx ends.
-func retryStart(ctx context.Context, log *slog.Logger, what string, f func() error) error {
+// start before its services do. It gives up when ctx ends, and at once on an
+// error that waiting cannot fix (a bad URL, a failed migration).
+func retryStart(ctx context.Context, log *slog.Logger, what string, f func() error, transient func(error) bool) error {
 	delay := 500 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := f()
 		if err == nil {
 			return nil
+		}
+		if !transient(err) {
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		if attempt == 1 || attempt%10 == 0 {
 			log.Warn("waiting for "+what, "attempt", attempt, "err", err)
@@ -302,7 +364,7 @@ func pruneLoop(ctx context.Context, audit *gormstore.Store, log *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := audit.Prune(ctx, time.Now()); err != nil {
+			if _, err := audit.Prune(ctx, time.Now()); err != nil {
 				log.Warn("pruning the decision ledger failed; will try again in an hour", "err", err)
 			}
 		}
