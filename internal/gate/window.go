@@ -2,6 +2,8 @@ package gate
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -44,7 +46,8 @@ type AdmitResult struct {
 	// counted again and Admitted is true.
 	Duplicate bool
 	// Exceeded is set when Admitted is false: the limit that was hit (the one
-	// that reopens last, when several are).
+	// that reopens last, when several are). Its Count stops at the largest
+	// Max of the key's limits, since a window keeps no more members than that.
 	Exceeded *Exceeded
 	// NextAllowedAt is when the window reopens for this (recipient, scene),
 	// set when Admitted is false.
@@ -63,10 +66,49 @@ type AdmitResult struct {
 // already admitted returns Duplicate and counts nothing, so Admit is safe
 // to retry after a partial failure.
 //
-// Errors are transient (wrap ErrUnavailable): the caller retries the batch.
-// On error, some requests of the batch may have been recorded; retrying
-// them returns Duplicate.
+// An admitted id is remembered while it is inside its scene's longest
+// window; the audit log's ledger remembers decided ids for longer.
+//
+// Errors are transient (wrap ErrUnavailable) and the caller retries the
+// batch, except ErrInvalidRequest, which fails the whole batch before
+// anything is recorded. On a transient error, some requests of the batch
+// may have been recorded; retrying them returns Duplicate.
 type WindowStore interface {
 	Admit(ctx context.Context, reqs []AdmitRequest) ([]AdmitResult, error)
 	Ping(ctx context.Context) error
+}
+
+// ErrInvalidRequest marks an admit request no store can decide (an empty
+// id, recipient or scene, a window that is not positive, a max under 1).
+// It is permanent: retrying cannot help.
+var ErrInvalidRequest = errors.New("invalid admit request")
+
+// Validate checks what every window store needs of a request.
+func (r *AdmitRequest) Validate() error {
+	switch {
+	case r.ID == "":
+		return fmt.Errorf("%w: empty id", ErrInvalidRequest)
+	case r.Recipient == "":
+		return fmt.Errorf("%w: empty recipient", ErrInvalidRequest)
+	case r.Scene == "":
+		return fmt.Errorf("%w: empty scene", ErrInvalidRequest)
+	}
+	for _, set := range [...]struct {
+		scope  Scope
+		limits []Limit
+	}{{ScopeScene, r.Limits}, {ScopeRecipient, r.Caps}} {
+		for j, l := range set.limits {
+			if l.Window <= 0 || l.Max < 1 {
+				return fmt.Errorf("%w: %s limit %d {window %v, max %d}: window must be positive and max at least 1",
+					ErrInvalidRequest, set.scope, j, l.Window, l.Max)
+			}
+		}
+	}
+	return nil
+}
+
+// WindowMillis is a limit's window rounded up to whole milliseconds, the
+// resolution of every window store.
+func (l Limit) WindowMillis() int64 {
+	return int64((l.Window + time.Millisecond - 1) / time.Millisecond)
 }

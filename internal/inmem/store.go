@@ -3,7 +3,6 @@ package inmem
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -96,7 +95,7 @@ func (s *Store) Admit(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.Adm
 		return nil, nil
 	}
 	for i := range reqs {
-		if err := validate(&reqs[i]); err != nil {
+		if err := reqs[i].Validate(); err != nil {
 			return nil, fmt.Errorf("admit: request %d (id %q): %w", i, reqs[i].ID, err)
 		}
 	}
@@ -219,7 +218,7 @@ type verdict struct {
 
 func (v *verdict) check(w *window, now int64, scope gate.Scope, limits []gate.Limit) {
 	for _, l := range limits {
-		ms := windowMillis(l.Window)
+		ms := l.WindowMillis()
 		c := w.count(now - ms)
 		if c < l.Max {
 			continue
@@ -236,39 +235,10 @@ func (v *verdict) check(w *window, now int64, scope gate.Scope, limits []gate.Li
 // span returns the longest window (ms) and the largest max of limits.
 func span(limits []gate.Limit) (longest int64, most int) {
 	for _, l := range limits {
-		longest = max(longest, windowMillis(l.Window))
+		longest = max(longest, l.WindowMillis())
 		most = max(most, l.Max)
 	}
 	return longest, most
-}
-
-// windowMillis rounds a window up to whole milliseconds, the store's
-// resolution, so that a window is never shorter than asked.
-func windowMillis(w time.Duration) int64 {
-	return int64((w + time.Millisecond - 1) / time.Millisecond)
-}
-
-// validate rejects what no valid rule document produces.
-func validate(r *gate.AdmitRequest) error {
-	switch {
-	case r.ID == "":
-		return errors.New("empty id")
-	case r.Recipient == "":
-		return errors.New("empty recipient")
-	case r.Scene == "":
-		return errors.New("empty scene")
-	}
-	for _, set := range [...]struct {
-		scope  gate.Scope
-		limits []gate.Limit
-	}{{gate.ScopeScene, r.Limits}, {gate.ScopeRecipient, r.Caps}} {
-		for j, l := range set.limits {
-			if l.Window <= 0 || l.Max < 1 {
-				return fmt.Errorf("%s limit %d {window %v, max %d}: window must be positive and max at least 1", set.scope, j, l.Window, l.Max)
-			}
-		}
-	}
-	return nil
 }
 
 // Sweep drops every expired window now. Admit calls it every SweepEvery;

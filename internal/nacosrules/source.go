@@ -235,4 +235,3 @@ func (s *Source) Ping(ctx context.Context) error {
 
 // Close releases the client.
 func (s *Source) Close() { s.client.CloseClient() }
-

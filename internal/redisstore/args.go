@@ -1,9 +1,7 @@
 package redisstore
 
 import (
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -19,7 +17,7 @@ type call struct {
 func (s *Store) buildCalls(reqs []gate.AdmitRequest) ([]call, error) {
 	nargs := 0
 	for i := range reqs {
-		if err := validate(&reqs[i]); err != nil {
+		if err := reqs[i].Validate(); err != nil {
 			return nil, fmt.Errorf("admit: request %d (id %q): %w", i, reqs[i].ID, err)
 		}
 		nargs += 4 + 2*(len(reqs[i].Limits)+len(reqs[i].Caps))
@@ -48,40 +46,10 @@ func appendArgs(args []any, r *gate.AdmitRequest) []any {
 	}
 	args = append(args, r.ID, force, len(r.Limits), len(r.Caps))
 	for _, l := range r.Limits {
-		args = append(args, windowMillis(l.Window), l.Max)
+		args = append(args, l.WindowMillis(), l.Max)
 	}
 	for _, l := range r.Caps {
-		args = append(args, windowMillis(l.Window), l.Max)
+		args = append(args, l.WindowMillis(), l.Max)
 	}
 	return args
-}
-
-// windowMillis rounds a window up to whole milliseconds, the store's
-// resolution, so that a window is never shorter than asked.
-func windowMillis(w time.Duration) int64 {
-	return int64((w + time.Millisecond - 1) / time.Millisecond)
-}
-
-// validate rejects what no valid rule document produces; sending it would
-// make the script misbehave (a max of 0 never reopens).
-func validate(r *gate.AdmitRequest) error {
-	switch {
-	case r.ID == "":
-		return errors.New("empty id")
-	case r.Recipient == "":
-		return errors.New("empty recipient")
-	case r.Scene == "":
-		return errors.New("empty scene")
-	}
-	for _, set := range [...]struct {
-		scope  gate.Scope
-		limits []gate.Limit
-	}{{gate.ScopeScene, r.Limits}, {gate.ScopeRecipient, r.Caps}} {
-		for j, l := range set.limits {
-			if l.Window <= 0 || l.Max < 1 {
-				return fmt.Errorf("%s limit %d {window %v, max %d}: window must be positive and max at least 1", set.scope, j, l.Window, l.Max)
-			}
-		}
-	}
-	return nil
 }
