@@ -1,0 +1,73 @@
+package rules
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+// Format writes rs as a rule document in one canonical layout: scenes sorted
+// by name, limits in flow style, defaults written out, optional keys only when
+// set. Parse reads it back to rules of the same Version, so two rule sets can
+// be compared (`gate rules diff`) by diffing their Format output, whatever
+// files or source they came from. Format expects a set from Parse, Merge or
+// LoadPath; an empty Action is left out so that Parse fills in its default.
+func Format(rs *gate.RuleSet) []byte {
+	if rs == nil {
+		return nil
+	}
+	var b bytes.Buffer
+	if rs.UnknownScene != "" {
+		fmt.Fprintf(&b, "unknown_scene: %s\n", rs.UnknownScene)
+	}
+	if len(rs.RecipientCaps) > 0 {
+		b.WriteString("recipient_caps:\n")
+		writeLimits(&b, "  ", rs.RecipientCaps)
+	}
+	if len(rs.Scenes) == 0 {
+		b.WriteString("scenes: {}\n")
+		return b.Bytes()
+	}
+	b.WriteString("scenes:\n")
+	for _, name := range slices.Sorted(maps.Keys(rs.Scenes)) {
+		r := rs.Scenes[name]
+		fmt.Fprintf(&b, "  %s:\n", yamlKey(name))
+		b.WriteString("    limits:\n")
+		writeLimits(&b, "      ", r.Limits)
+		if r.OnExceed != "" {
+			fmt.Fprintf(&b, "    on_exceed: %s\n", r.OnExceed)
+		}
+		if len(r.BypassPriorities) > 0 {
+			ps := make([]string, len(r.BypassPriorities))
+			for i, p := range r.BypassPriorities {
+				ps[i] = string(p)
+			}
+			fmt.Fprintf(&b, "    bypass_priorities: [%s]\n", strings.Join(ps, ", "))
+		}
+		if r.Shadow {
+			b.WriteString("    shadow: true\n")
+		}
+	}
+	return b.Bytes()
+}
+
+func writeLimits(b *bytes.Buffer, indent string, ls []gate.Limit) {
+	for _, l := range ls {
+		fmt.Fprintf(b, "%s- {window: %s, max: %d}\n", indent, gate.FormatDuration(l.Window), l.Max)
+	}
+}
+
+// yamlKey writes a scene name as a YAML key: plain when that is unambiguous,
+// else double-quoted. Go's quoting is valid YAML double-quoted syntax
+// (\", \\, \n, \xXX, \uXXXX, \UXXXXXXXX are all YAML escapes too).
+func yamlKey(name string) string {
+	if plainName(name) {
+		return name
+	}
+	return strconv.Quote(name)
+}
