@@ -10,7 +10,7 @@ PKGS      := ./...
 # go test -race needs cgo; the gate binary itself is built without it.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-unit services bench lint fuzz clean
+.PHONY: all build run test test-unit services bench bench-nacos lint fuzz clean
 
 all: build
 
@@ -53,3 +53,11 @@ lint:
 
 clean:
 	rm -rf bin data
+
+# Delay from a Nacos publish to the new rules being in force (median, p99).
+bench-nacos:
+	@set -e; env_file=$$(mktemp); trap 'rm -f $$env_file' EXIT; \
+	bash scripts/services.sh > $$env_file; \
+	bash scripts/nacos.sh >> $$env_file; \
+	set -a; . $$env_file; set +a; \
+	$(GO) test -run '^$$' -bench NacosReload -benchtime 100x -count 3 ./cmd/gate

@@ -19,11 +19,6 @@ die() { printf 'nacos: FAILED: %s\n' "$*" >&2; exit 1; }
 
 ready() { curl -fsS -o /dev/null -m 2 "http://127.0.0.1:$PORT/nacos/v1/console/health/readiness"; }
 
-if ready; then
-  log "a Nacos server already answers on 127.0.0.1:$PORT"
-  echo "GATE_TEST_NACOS_ADDR=127.0.0.1:$PORT"
-  exit 0
-fi
 command -v curl >/dev/null || die "curl is needed to probe Nacos (apt-get install curl)"
 
 find_bin() {
@@ -40,6 +35,15 @@ if ! bin=$(find_bin); then
   "$cargo" install rnacos --version "$RNACOS_VERSION" --locked --root "$TOOLS_DIR" >"$STATE_DIR/rnacos-build.log" 2>&1 ||
     die "cargo install rnacos failed, see $STATE_DIR/rnacos-build.log"
   bin="$TOOLS_DIR/bin/rnacos"
+fi
+
+# The tests also start r-nacos servers of their own (to stop and restart
+# them), so the binary is needed even when a server already answers.
+echo "GATE_TEST_RNACOS_BIN=$bin"
+if ready; then
+  log "a Nacos server already answers on 127.0.0.1:$PORT"
+  echo "GATE_TEST_NACOS_ADDR=127.0.0.1:$PORT"
+  exit 0
 fi
 
 run_dir="$STATE_DIR/rnacos-run-$PORT"

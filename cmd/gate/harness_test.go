@@ -34,7 +34,7 @@ const (
 // env is the environment of one or more gate processes that share their
 // services.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	vars    map[string]string
 	natsURL string
 	rules   string // path of the rules file
@@ -42,7 +42,7 @@ type env struct {
 
 // newEnv prepares services for kind: a nats-server in process, and for the
 // real stack a fresh Postgres schema and the shared test Redis.
-func newEnv(t *testing.T, kind stack, rules string) *env {
+func newEnv(t testing.TB, kind stack, rules string) *env {
 	t.Helper()
 	dir := t.TempDir()
 	e := &env{t: t, vars: map[string]string{
@@ -82,7 +82,7 @@ func (e *env) writeRules(doc string) {
 }
 
 // startNATS runs a nats-server with JetStream in the test process.
-func startNATS(t *testing.T) *server.Server {
+func startNATS(t testing.TB) *server.Server {
 	t.Helper()
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {
@@ -96,7 +96,7 @@ func startNATS(t *testing.T) *server.Server {
 	return ns
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -126,7 +126,7 @@ func (l *lockedBuffer) String() string {
 
 // gateProc is one gate serving in the test process through run().
 type gateProc struct {
-	t    *testing.T
+	t    testing.TB
 	base string // http://127.0.0.1:port
 	log  *lockedBuffer
 	stop context.CancelFunc
@@ -198,7 +198,7 @@ func (g *gateProc) shutdown() error {
 
 // client is a producer and downstream reader on the gate's NATS.
 type client struct {
-	t  *testing.T
+	t  testing.TB
 	nc *nats.Conn
 	js jetstream.JetStream
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
 	"sort"
 	"strings"
 
@@ -11,12 +13,27 @@ import (
 	"github.com/antifatigue/gate/internal/rules"
 )
 
-// rulesCmd validates rule documents: gate rules check FILE|DIR.
-func rulesCmd(_ context.Context, args []string, _ func(string) string, stdout, stderr io.Writer) error {
+const rulesUsage = `usage:
+  gate rules check FILE|DIR          validate a rule document (or a folder of them)
+  gate rules push [flags] FILE|DIR   validate, then publish to Nacos (GATE_NACOS_* or flags as for serve)
+  gate rules diff [flags] FILE|DIR   show what pushing would change against the rules in Nacos`
+
+// rulesCmd validates rule documents and moves them to and from Nacos.
+func rulesCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) < 1 {
-		return &usageError{"usage: gate rules check FILE|DIR"}
+		return &usageError{rulesUsage}
 	}
 	switch args[0] {
+	case "push", "diff":
+		if len(args) < 2 {
+			return &usageError{rulesUsage}
+		}
+		path := args[len(args)-1]
+		c, err := parseConfig(args[1:len(args)-1], getenv, stderr)
+		if err != nil {
+			return err
+		}
+		return nacosRules(ctx, args[0], c, path, stdout, stderr)
 	case "check":
 		if len(args) != 2 {
 			return &usageError{"usage: gate rules check FILE|DIR"}
@@ -29,7 +46,7 @@ func rulesCmd(_ context.Context, args []string, _ func(string) string, stdout, s
 		describeRules(stdout, set)
 		return nil
 	}
-	return &usageError{fmt.Sprintf("unknown rules command %q (want check)", args[0])}
+	return &usageError{fmt.Sprintf("unknown rules command %q\n%s", args[0], rulesUsage)}
 }
 
 func describeRules(w io.Writer, set *gate.RuleSet) {
@@ -65,4 +82,115 @@ func limitsText(ls []gate.Limit) string {
 		parts[i] = fmt.Sprintf("%d/%s", l.Max, gate.FormatDuration(l.Window))
 	}
 	return strings.Join(parts, " and ")
+}
+
+// nacosRules pushes a validated document to Nacos, or diffs it against the
+// document there.
+func nacosRules(_ context.Context, verb string, c *config, path string, stdout, stderr io.Writer) error {
+	if c.NacosAddr == "" {
+		return &usageError{"GATE_NACOS_ADDR (or --nacos-addr) is required to " + verb + " rules"}
+	}
+	set, err := rules.LoadPath(path)
+	if err != nil {
+		return err
+	}
+	src, err := newNacosSource(c, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	current, err := src.Get()
+	if err != nil {
+		return err
+	}
+	var old *gate.RuleSet
+	if strings.TrimSpace(current) != "" {
+		// A broken document in Nacos is still worth diffing against: show
+		// that it is broken, and everything as added.
+		if old, err = rules.Parse(src.Name(), []byte(current)); err != nil {
+			fmt.Fprintf(stdout, "# the document in %s is invalid: %v\n", src.Name(), err)
+		}
+	}
+	if old != nil && old.Version == set.Version {
+		fmt.Fprintf(stdout, "no change: %s already holds these rules (version %s)\n", src.Name(), set.Version)
+		return nil
+	}
+	if verb == "diff" {
+		fmt.Fprintf(stdout, "--- %s (version %s)\n+++ %s (version %s)\n", src.Name(), versionOf(old), path, set.Version)
+		for _, l := range lineDiff(rules.Format(old), rules.Format(set)) {
+			fmt.Fprintln(stdout, l)
+		}
+		return nil
+	}
+	doc, err := pushDocument(path, set)
+	if err != nil {
+		return err
+	}
+	if err := src.Publish(doc); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "pushed %s to %s (version %s, was %s)\n", path, src.Name(), set.Version, versionOf(old))
+	return nil
+}
+
+// pushDocument is what goes to Nacos: a single file as written (comments
+// and all), a folder as one merged canonical document.
+func pushDocument(path string, set *gate.RuleSet) ([]byte, error) {
+	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
+		return os.ReadFile(path)
+	}
+	return rules.Format(set), nil
+}
+
+func versionOf(rs *gate.RuleSet) string {
+	if rs == nil {
+		return "none"
+	}
+	return rs.Version
+}
+
+// lineDiff is a minimal line diff (longest common subsequence); rule
+// documents are small.
+func lineDiff(a, b []byte) []string {
+	x := splitLines(a)
+	y := splitLines(b)
+	n, m := len(x), len(y)
+	lcs := make([][]int, n+1)
+	for i := range lcs {
+		lcs[i] = make([]int, m+1)
+	}
+	for i := n - 1; i >= 0; i-- {
+		for j := m - 1; j >= 0; j-- {
+			if x[i] == y[j] {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	var out []string
+	i, j := 0, 0
+	for i < n || j < m {
+		switch {
+		case i < n && j < m && x[i] == y[j]:
+			out = append(out, "  "+x[i])
+			i++
+			j++
+		case j < m && (i == n || lcs[i][j+1] >= lcs[i+1][j]):
+			out = append(out, "+ "+y[j])
+			j++
+		default:
+			out = append(out, "- "+x[i])
+			i++
+		}
+	}
+	return out
+}
+
+func splitLines(b []byte) []string {
+	s := strings.TrimRight(string(b), "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
 }
