@@ -128,21 +128,8 @@ func (s *Store) Summary(ctx context.Context, since, until time.Time) ([]gate.Sce
 	if err := checkRange(since, until); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	var where []string
-	var args []any
-	if !since.IsZero() {
-		where = append(where, "hour >= ?")
-		args = append(args, s.dbTime(since.UTC().Truncate(time.Hour)))
-	}
-	if !until.IsZero() {
-		where = append(where, "hour < ?")
-		args = append(args, s.dbTime(until))
-	}
-	// SUM of bigint is numeric on PostgreSQL; the cast keeps it an integer
-	// on both databases.
-	q := `SELECT scene, CAST(SUM(received) AS BIGINT), CAST(SUM(forwarded) AS BIGINT),
-	CAST(SUM(suppressed) AS BIGINT), CAST(SUM(dropped) AS BIGINT), CAST(SUM(invalid) AS BIGINT),
-	CAST(SUM(shadow_suppressed) AS BIGINT), CAST(SUM(shadow_dropped) AS BIGINT) FROM scene_counters`
+	where, args := s.hourRange(since, until)
+	q := `SELECT scene, ` + sumCounters + ` FROM scene_counters`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}

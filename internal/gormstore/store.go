@@ -50,6 +50,11 @@ type Store struct {
 	redact    bool
 	retention time.Duration
 	log       *slog.Logger
+
+	// auditPruneRows and auditPrunePause, when set, replace
+	// PruneSuppressions' batch size and pause (tests make them small).
+	auditPruneRows  int
+	auditPrunePause time.Duration
 }
 
 var (

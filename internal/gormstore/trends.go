@@ -1,0 +1,208 @@
+package gormstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/migrations"
+)
+
+var _ gate.Trends = (*Store)(nil)
+
+// Sizes of TopRecipients.
+const (
+	DefaultTopRecipients = 10
+	MaxTopRecipients     = 1000
+)
+
+// Defaults of PruneSuppressions: rows deleted by one statement, and the
+// pause between two statements, which leaves the database to the writers.
+const (
+	defaultAuditPruneRows  = 5000
+	defaultAuditPrunePause = 100 * time.Millisecond
+)
+
+// sumCounters adds up the counter columns of scene_counters, in the order
+// of gate.SceneSummary's fields. SUM of bigint is numeric on PostgreSQL; the
+// casts keep it an integer on both databases.
+const sumCounters = `CAST(SUM(received) AS BIGINT), CAST(SUM(forwarded) AS BIGINT),
+	CAST(SUM(suppressed) AS BIGINT), CAST(SUM(dropped) AS BIGINT), CAST(SUM(invalid) AS BIGINT),
+	CAST(SUM(shadow_suppressed) AS BIGINT), CAST(SUM(shadow_dropped) AS BIGINT)`
+
+// Timeseries returns the hourly counters of scene, or of every scene added
+// up when scene is "", over [since, until), oldest first. Hours without
+// counters are left out. The resolution is Summary's: the hour holding
+// since counts whole. Until before since wraps gate.ErrBadRequest; other
+// errors wrap gate.ErrUnavailable.
+func (s *Store) Timeseries(ctx context.Context, since, until time.Time, scene string) ([]gate.HourSummary, error) {
+	const op = "timeseries"
+	if err := checkRange(since, until); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	where, args := s.hourRange(since, until)
+	label := "*"
+	if scene != "" {
+		where = append(where, "scene = ?")
+		args = append(args, scene)
+		label = scene
+	}
+	q := `SELECT hour, ` + sumCounters + ` FROM scene_counters`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " GROUP BY hour ORDER BY hour"
+	rows, err := s.db.WithContext(ctx).Raw(q, args...).Rows()
+	if err != nil {
+		return nil, unavailable(op, err)
+	}
+	defer rows.Close()
+	out := []gate.HourSummary{}
+	for rows.Next() {
+		var hour scanTime
+		h := gate.HourSummary{SceneSummary: gate.SceneSummary{Scene: label}}
+		c := &h.SceneSummary
+		if err := rows.Scan(&hour, &c.Received, &c.Forwarded, &c.Suppressed, &c.Dropped, &c.Invalid,
+			&c.ShadowSuppressed, &c.ShadowDropped); err != nil {
+			return nil, unavailable(op, err)
+		}
+		h.Hour = hour.t
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, unavailable(op, err)
+	}
+	return out, nil
+}
+
+// hourRange selects the counter hours of [since, until) at hour
+// resolution; a zero time leaves that end open.
+func (s *Store) hourRange(since, until time.Time) (where []string, args []any) {
+	if !since.IsZero() {
+		where = append(where, "hour >= ?")
+		args = append(args, s.dbTime(since.UTC().Truncate(time.Hour)))
+	}
+	if !until.IsZero() {
+		where = append(where, "hour < ?")
+		args = append(args, s.dbTime(until))
+	}
+	return where, args
+}
+
+// TopRecipients returns the recipients with the most suppression rows
+// decided in [since, until), most first, ties in byte order of the
+// recipient. A limit of 0 means DefaultTopRecipients; a negative one or one
+// over MaxTopRecipients wraps gate.ErrBadRequest, as does until before
+// since. Other errors wrap gate.ErrUnavailable.
+//
+// The query reads only decided_at, recipient and shadow, which
+// suppressions_decided_recipient_idx covers.
+func (s *Store) TopRecipients(ctx context.Context, since, until time.Time, limit int) ([]gate.RecipientCount, error) {
+	const op = "top recipients"
+	switch {
+	case limit == 0:
+		limit = DefaultTopRecipients
+	case limit < 0 || limit > MaxTopRecipients:
+		return nil, badRequest(op, "limit %d is not between 1 and %d", limit, MaxTopRecipients)
+	}
+	if err := checkRange(since, until); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	where, args := s.decidedRange(since, until)
+	q := `SELECT recipient, count(*), CAST(SUM(CASE WHEN shadow THEN 1 ELSE 0 END) AS BIGINT), MAX(decided_at)
+	FROM suppressions`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	// Ties go by byte order on both databases: PostgreSQL's default
+	// collation would follow the locale.
+	byBytes := "recipient"
+	if s.dialect.name == migrations.Postgres {
+		byBytes = `recipient COLLATE "C"`
+	}
+	q += " GROUP BY recipient ORDER BY count(*) DESC, " + byBytes + " LIMIT ?"
+	args = append(args, limit)
+	rows, err := s.db.WithContext(ctx).Raw(q, args...).Rows()
+	if err != nil {
+		return nil, unavailable(op, err)
+	}
+	out, err := scanRecipientCounts(rows)
+	if err != nil {
+		return nil, unavailable(op, err)
+	}
+	return out, nil
+}
+
+// decidedRange selects suppression rows decided in [since, until).
+func (s *Store) decidedRange(since, until time.Time) (where []string, args []any) {
+	if !since.IsZero() {
+		where = append(where, "decided_at >= ?")
+		args = append(args, s.dbTime(since))
+	}
+	if !until.IsZero() {
+		where = append(where, "decided_at < ?")
+		args = append(args, s.dbTime(until))
+	}
+	return where, args
+}
+
+// scanRecipientCounts reads TopRecipients' rows and closes them.
+func scanRecipientCounts(rows *sql.Rows) ([]gate.RecipientCount, error) {
+	defer rows.Close()
+	out := []gate.RecipientCount{}
+	for rows.Next() {
+		var (
+			r    gate.RecipientCount
+			last scanTime
+		)
+		if err := rows.Scan(&r.Recipient, &r.Suppressed, &r.Shadow, &last); err != nil {
+			return nil, err
+		}
+		r.LastSuppressedAt = last.t
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// PruneSuppressions deletes the audit rows decided before before, and
+// returns how many it deleted. It deletes 5,000 rows to a statement and
+// pauses between statements, so a large backlog never holds long locks nor
+// starves the writers. The hourly counters are kept: they are figures, not
+// audit rows. A failed or cancelled run leaves the rows partly pruned,
+// which is fine: run it periodically. Errors wrap gate.ErrUnavailable.
+func (s *Store) PruneSuppressions(ctx context.Context, before time.Time) (int64, error) {
+	const op = "prune suppressions"
+	if before.IsZero() {
+		return 0, nil
+	}
+	batch, pause := s.auditPruneRows, s.auditPrunePause
+	if batch <= 0 {
+		batch = defaultAuditPruneRows
+	}
+	if pause <= 0 {
+		pause = defaultAuditPrunePause
+	}
+	cutoff := s.dbTime(before)
+	var total int64
+	for {
+		res := s.db.WithContext(ctx).Exec(`DELETE FROM suppressions WHERE id IN
+	(SELECT id FROM suppressions WHERE decided_at < ? LIMIT ?)`, cutoff, batch)
+		if res.Error != nil {
+			return total, unavailable(op, res.Error)
+		}
+		total += res.RowsAffected
+		if res.RowsAffected < int64(batch) {
+			return total, nil
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return total, unavailable(op, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
