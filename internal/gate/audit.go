@@ -48,7 +48,10 @@ type Record struct {
 	// dropped; ShadowOf says which.
 	Shadow   bool
 	ShadowOf Action
-	At       time.Time
+	// Unchecked marks a forward no window checked (the store was down and
+	// the scene fails open).
+	Unchecked bool
+	At        time.Time
 	// Suppression is the audit row to write, for suppress outcomes and
 	// shadow suppressions.
 	Suppression *Suppression
@@ -93,6 +96,9 @@ type SceneSummary struct {
 	Invalid          int64  `json:"invalid"`
 	ShadowSuppressed int64  `json:"shadow_suppressed"`
 	ShadowDropped    int64  `json:"shadow_dropped"`
+	// ForwardedUnchecked counts forwards made without a window check while
+	// the window store was unavailable (on_store_error: forward).
+	ForwardedUnchecked int64 `json:"forwarded_unchecked"`
 }
 
 // Reports answers report queries. Bad filters or cursors wrap ErrBadRequest.

@@ -44,7 +44,10 @@ type Decision struct {
 	ShadowOf Action
 	Bypass   bool
 	// Duplicate is set when the window store had already admitted this id.
-	Duplicate     bool
+	Duplicate bool
+	// Unchecked is set on a forward that no window checked: the store was
+	// unavailable and the scene fails open (on_store_error: forward).
+	Unchecked     bool
 	Reason        string // "limit", "unknown_scene", or "" for a plain forward
 	Exceeded      *Exceeded
 	NextAllowedAt time.Time
@@ -91,4 +94,14 @@ func actionOutcome(a Action) Outcome {
 	default:
 		return OutcomeForward
 	}
+}
+
+// FailOpen decides a message whose window store could not answer, for a
+// scene with on_store_error: forward. It reports false when the scene holds
+// and retries instead (the default).
+func FailOpen(p Plan, now time.Time) (Decision, bool) {
+	if !p.Known || p.Rule.OnStoreError != ActionForward {
+		return Decision{}, false
+	}
+	return Decision{Outcome: OutcomeForward, Unchecked: true, Bypass: p.Bypass, Reason: "store_error", At: now}, true
 }

@@ -14,7 +14,9 @@ type Forward struct {
 	// dropped the message.
 	ShadowOf Action
 	Bypass   bool
-	Data     []byte // the original bytes, untouched
+	// Unchecked is set when the message was forwarded without a window check.
+	Unchecked bool
+	Data      []byte // the original bytes, untouched
 }
 
 // Forwarder publishes admitted messages downstream.

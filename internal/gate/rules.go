@@ -15,6 +15,9 @@ const (
 	ActionForward  Action = "forward"
 	ActionSuppress Action = "suppress"
 	ActionDrop     Action = "drop"
+	// ActionRetry is only for on_store_error: hold the message and retry
+	// until the window store answers.
+	ActionRetry Action = "retry"
 )
 
 // Limit admits at most Max messages in any window of length Window: a
@@ -31,6 +34,10 @@ type SceneRule struct {
 	OnExceed         Action     `json:"on_exceed"`
 	BypassPriorities []Priority `json:"bypass_priorities,omitempty"`
 	Shadow           bool       `json:"shadow,omitempty"`
+	// OnStoreError is what happens when the window store cannot answer:
+	// ActionRetry (hold and retry; the default) or ActionForward (fail open:
+	// forward unchecked, and say so in the counters, metrics and headers).
+	OnStoreError Action `json:"on_store_error,omitempty"`
 }
 
 // Bypasses reports whether a message of priority p skips the limits.

@@ -192,20 +192,21 @@ func (s *Store) addCounts(tx *gorm.DB, recs []gate.Record) error {
 		return cmp.Or(strings.Compare(a.Scene, b.Scene), a.hour.Compare(b.hour))
 	})
 	for chunk := range slices.Chunk(rows, chunkRows) {
-		args := make([]any, 0, 9*len(chunk))
+		args := make([]any, 0, 10*len(chunk))
 		for _, c := range chunk {
 			args = append(args, c.Scene, s.dbTime(c.hour), c.Received, c.Forwarded, c.Suppressed, c.Dropped,
-				c.Invalid, c.ShadowSuppressed, c.ShadowDropped)
+				c.Invalid, c.ShadowSuppressed, c.ShadowDropped, c.ForwardedUnchecked)
 		}
 		err := tx.Exec(multiRow(`INSERT INTO scene_counters (scene, hour, received, forwarded, suppressed, dropped,
-	invalid, shadow_suppressed, shadow_dropped)`, 9, len(chunk))+` ON CONFLICT (scene, hour) DO UPDATE SET
+	invalid, shadow_suppressed, shadow_dropped, forwarded_unchecked)`, 10, len(chunk))+` ON CONFLICT (scene, hour) DO UPDATE SET
 	received = scene_counters.received + excluded.received,
 	forwarded = scene_counters.forwarded + excluded.forwarded,
 	suppressed = scene_counters.suppressed + excluded.suppressed,
 	dropped = scene_counters.dropped + excluded.dropped,
 	invalid = scene_counters.invalid + excluded.invalid,
 	shadow_suppressed = scene_counters.shadow_suppressed + excluded.shadow_suppressed,
-	shadow_dropped = scene_counters.shadow_dropped + excluded.shadow_dropped`, args...).Error
+	shadow_dropped = scene_counters.shadow_dropped + excluded.shadow_dropped,
+	forwarded_unchecked = scene_counters.forwarded_unchecked + excluded.forwarded_unchecked`, args...).Error
 		if err != nil {
 			return fmt.Errorf("add counters: %w", err)
 		}
@@ -220,6 +221,9 @@ func count(c *gate.SceneSummary, r gate.Record) {
 	switch r.Outcome {
 	case gate.OutcomeForward:
 		c.Forwarded++
+		if r.Unchecked {
+			c.ForwardedUnchecked++
+		}
 		if r.Shadow {
 			switch r.ShadowOf {
 			case gate.ActionSuppress:

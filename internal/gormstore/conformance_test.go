@@ -172,6 +172,8 @@ func testCountsByOutcome(t *testing.T, fresh freshFunc) {
 		r.Shadow, r.ShadowOf = true, of
 		return r
 	}
+	unchecked := record("a6", "alpha", gate.OutcomeForward, t0)
+	unchecked.Unchecked = true // forwarded while the window store was down
 	shadowSup := shadow("s2", gate.ActionSuppress)
 	shadowSup.Suppression = suppressed("s2", "shadowed", "open_id:ou_1", t0).Suppression
 	shadowSup.Suppression.Shadow = true
@@ -181,6 +183,7 @@ func testCountsByOutcome(t *testing.T, fresh freshFunc) {
 		suppressed("a3", "alpha", "open_id:ou_1", t0),
 		record("a4", "alpha", gate.OutcomeDrop, t0),
 		record("a5", "alpha", gate.OutcomeInvalid, t0),
+		unchecked,
 		record("seq:9", "", gate.OutcomeInvalid, t0),
 		shadow("s1", gate.ActionSuppress),
 		shadowSup,
@@ -193,7 +196,7 @@ func testCountsByOutcome(t *testing.T, fresh freshFunc) {
 	}
 	want := []gate.SceneSummary{
 		{Scene: "", Received: 1, Invalid: 1},
-		{Scene: "alpha", Received: 5, Forwarded: 2, Suppressed: 1, Dropped: 1, Invalid: 1},
+		{Scene: "alpha", Received: 6, Forwarded: 3, Suppressed: 1, Dropped: 1, Invalid: 1, ForwardedUnchecked: 1},
 		{Scene: "shadowed", Received: 4, Forwarded: 4, ShadowSuppressed: 2, ShadowDropped: 1},
 	}
 	if !slices.Equal(got, want) {

@@ -142,8 +142,7 @@ func (s *Store) Summary(ctx context.Context, since, until time.Time) ([]gate.Sce
 	out := []gate.SceneSummary{}
 	for rows.Next() {
 		var c gate.SceneSummary
-		if err := rows.Scan(&c.Scene, &c.Received, &c.Forwarded, &c.Suppressed, &c.Dropped, &c.Invalid,
-			&c.ShadowSuppressed, &c.ShadowDropped); err != nil {
+		if err := rows.Scan(append([]any{&c.Scene}, counterDests(&c)...)...); err != nil {
 			return nil, unavailable(op, err)
 		}
 		out = append(out, c)

@@ -31,7 +31,14 @@ const (
 // casts keep it an integer on both databases.
 const sumCounters = `CAST(SUM(received) AS BIGINT), CAST(SUM(forwarded) AS BIGINT),
 	CAST(SUM(suppressed) AS BIGINT), CAST(SUM(dropped) AS BIGINT), CAST(SUM(invalid) AS BIGINT),
-	CAST(SUM(shadow_suppressed) AS BIGINT), CAST(SUM(shadow_dropped) AS BIGINT)`
+	CAST(SUM(shadow_suppressed) AS BIGINT), CAST(SUM(shadow_dropped) AS BIGINT),
+	CAST(SUM(forwarded_unchecked) AS BIGINT)`
+
+// counterDests are the scan destinations of sumCounters' columns.
+func counterDests(c *gate.SceneSummary) []any {
+	return []any{&c.Received, &c.Forwarded, &c.Suppressed, &c.Dropped, &c.Invalid,
+		&c.ShadowSuppressed, &c.ShadowDropped, &c.ForwardedUnchecked}
+}
 
 // Timeseries returns the hourly counters of scene, or of every scene added
 // up when scene is "", over [since, until), oldest first. Hours without
@@ -65,8 +72,7 @@ func (s *Store) Timeseries(ctx context.Context, since, until time.Time, scene st
 		var hour scanTime
 		h := gate.HourSummary{SceneSummary: gate.SceneSummary{Scene: label}}
 		c := &h.SceneSummary
-		if err := rows.Scan(&hour, &c.Received, &c.Forwarded, &c.Suppressed, &c.Dropped, &c.Invalid,
-			&c.ShadowSuppressed, &c.ShadowDropped); err != nil {
+		if err := rows.Scan(append([]any{&hour}, counterDests(c)...)...); err != nil {
 			return nil, unavailable(op, err)
 		}
 		h.Hour = hour.t

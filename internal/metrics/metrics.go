@@ -17,7 +17,8 @@ type Metrics struct {
 	DecisionLatency prometheus.Histogram   // seconds, from receipt to effect durable
 	BatchSize       prometheus.Histogram   // messages per decided batch
 	StoreErrors     *prometheus.CounterVec // store: window|audit|nats, op
-	Invalid         *prometheus.CounterVec // reason class
+	Invalid         *prometheus.CounterVec // scene
+	Unchecked       *prometheus.CounterVec // scene: forwarded without a window check (fail open)
 	Redeliveries    prometheus.Counter     // messages retried after a transient failure
 	ConsumerPending prometheus.Gauge       // messages in GATE_IN not yet delivered to the consumer
 	ConsumerAckPend prometheus.Gauge       // delivered, not yet acked
@@ -50,6 +51,9 @@ func New(reg *prometheus.Registry) *Metrics {
 		Invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gate_invalid_messages_total", Help: "Messages that could not be decided and went to the dead-letter subject.",
 		}, []string{"scene"}),
+		Unchecked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gate_unchecked_forwards_total", Help: "Messages forwarded without a window check because the window store was unavailable and the scene fails open (on_store_error: forward).",
+		}, []string{"scene"}),
 		Redeliveries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gate_retries_total", Help: "Messages handed back to JetStream for a delayed retry after a transient failure.",
 		}),
@@ -75,7 +79,7 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "gate_http_requests_total", Help: "HTTP requests served, by route and status code.",
 		}, []string{"route", "code"}),
 	}
-	reg.MustRegister(m.Decisions, m.DecisionLatency, m.BatchSize, m.StoreErrors, m.Invalid,
+	reg.MustRegister(m.Decisions, m.DecisionLatency, m.BatchSize, m.StoreErrors, m.Invalid, m.Unchecked,
 		m.Redeliveries, m.ConsumerPending, m.ConsumerAckPend, m.RulesReloads, m.RulesReloadErrs,
 		m.RulesInfo, m.DependencyUp, m.HTTPRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -26,6 +26,7 @@ const (
 	HeaderRulesVersion = "Gate-Rules-Version"
 	HeaderShadow       = "Gate-Shadow"
 	HeaderBypass       = "Gate-Bypass"
+	HeaderUnchecked    = "Gate-Unchecked"
 	HeaderError        = "Gate-Error"
 	HeaderStreamSeq    = "Gate-Stream-Seq"
 )

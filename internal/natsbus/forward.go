@@ -32,6 +32,9 @@ func (b *Bus) Forward(ctx context.Context, fs []gate.Forward) []error {
 		if f.Bypass {
 			msg.Header.Set(HeaderBypass, "true")
 		}
+		if f.Unchecked {
+			msg.Header.Set(HeaderUnchecked, "store_error")
+		}
 		fut, err := b.js.PublishMsgAsync(msg)
 		if err != nil {
 			errs[i] = fmt.Errorf("forward %s: %w: %w", f.MessageID, gate.ErrUnavailable, err)

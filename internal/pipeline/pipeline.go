@@ -100,7 +100,7 @@ func (p *Pipeline) Handle(ctx context.Context, batch []gate.Delivery) []error {
 
 	rules := p.o.Rules.Current()
 	if err := p.decide(ctx, rules, items); err != nil {
-		p.fail(items, func(it *item) bool { return it.invalid == nil && it.twin < 0 && !it.known }, "window", "admit", err)
+		p.storeDown(items, err)
 	}
 	p.forward(ctx, rules, items)
 	p.commit(ctx, rules, items)
@@ -164,6 +164,25 @@ func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item
 	return nil
 }
 
+// storeDown handles a window store that could not answer: messages of
+// scenes that fail open are forwarded unchecked; every other message waits
+// for a retry.
+func (p *Pipeline) storeDown(items []item, err error) {
+	err = p.transient("window", "admit", err)
+	now := p.o.Now()
+	for i := range items {
+		it := &items[i]
+		if it.invalid != nil || it.twin >= 0 || it.known {
+			continue
+		}
+		if d, ok := gate.FailOpen(it.plan, now); ok {
+			it.dec, it.decided = d, true
+			continue
+		}
+		it.err = err
+	}
+}
+
 // forward publishes every admitted message and waits for the stream to
 // store them.
 func (p *Pipeline) forward(ctx context.Context, rules *gate.RuleSet, items []item) {
@@ -174,7 +193,7 @@ func (p *Pipeline) forward(ctx context.Context, rules *gate.RuleSet, items []ite
 		if !it.decided || it.err != nil || it.dec.Outcome != gate.OutcomeForward {
 			continue
 		}
-		f := gate.Forward{MessageID: it.msg.ID, Scene: it.msg.Scene, RulesVersion: rules.Version, Bypass: it.dec.Bypass, Data: it.msg.Raw}
+		f := gate.Forward{MessageID: it.msg.ID, Scene: it.msg.Scene, RulesVersion: rules.Version, Bypass: it.dec.Bypass, Unchecked: it.dec.Unchecked, Data: it.msg.Raw}
 		if it.dec.Shadow {
 			f.ShadowOf = it.dec.ShadowOf
 		}
@@ -215,7 +234,7 @@ func (p *Pipeline) commit(ctx context.Context, rules *gate.RuleSet, items []item
 
 func (p *Pipeline) record(rules *gate.RuleSet, it *item) gate.Record {
 	d := it.dec
-	rec := gate.Record{Key: it.key, Scene: it.msg.Scene, Outcome: d.Outcome, Shadow: d.Shadow, ShadowOf: d.ShadowOf, At: d.At}
+	rec := gate.Record{Key: it.key, Scene: it.msg.Scene, Outcome: d.Outcome, Shadow: d.Shadow, ShadowOf: d.ShadowOf, Unchecked: d.Unchecked, At: d.At}
 	if d.Outcome == gate.OutcomeSuppress || (d.Shadow && d.ShadowOf == gate.ActionSuppress) {
 		s := &gate.Suppression{
 			MessageID:     it.msg.ID,
@@ -252,6 +271,9 @@ func (p *Pipeline) observe(it *item) {
 		m.Invalid.WithLabelValues(it.msg.Scene).Inc()
 	}
 	m.Decisions.WithLabelValues(it.msg.Scene, string(outcome), shadow).Inc()
+	if it.dec.Unchecked {
+		m.Unchecked.WithLabelValues(it.msg.Scene).Inc()
+	}
 	m.DecisionLatency.Observe(time.Since(it.d.ReceivedAt).Seconds())
 }
 

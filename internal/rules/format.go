@@ -52,6 +52,9 @@ func Format(rs *gate.RuleSet) []byte {
 		if r.Shadow {
 			b.WriteString("    shadow: true\n")
 		}
+		if r.OnStoreError != "" && r.OnStoreError != gate.ActionRetry {
+			fmt.Fprintf(&b, "    on_store_error: %s\n", r.OnStoreError)
+		}
 	}
 	return b.Bytes()
 }

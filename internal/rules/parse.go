@@ -44,7 +44,7 @@ const (
 // error messages list them.
 var (
 	topKeys   = []string{"unknown_scene", "recipient_caps", "scenes"}
-	sceneKeys = []string{"limits", "on_exceed", "bypass_priorities", "shadow"}
+	sceneKeys = []string{"limits", "on_exceed", "bypass_priorities", "shadow", "on_store_error"}
 	limitKeys = []string{"window", "max"}
 )
 
@@ -476,7 +476,7 @@ func (p *docParser) sceneName(k *yaml.Node) bool {
 }
 
 func (p *docParser) scene(n *yaml.Node, path string) gate.SceneRule {
-	rule := gate.SceneRule{OnExceed: gate.ActionSuppress}
+	rule := gate.SceneRule{OnExceed: gate.ActionSuppress, OnStoreError: gate.ActionRetry}
 	fields, ok := p.mapping(n, path, sceneKeys)
 	if !ok {
 		return rule
@@ -496,6 +496,8 @@ func (p *docParser) scene(n *yaml.Node, path string) gate.SceneRule {
 			rule.BypassPriorities = p.priorities(f.val, fp)
 		case "shadow":
 			rule.Shadow = p.boolean(f.val, fp)
+		case "on_store_error":
+			rule.OnStoreError = p.action(f.val, fp, gate.ActionRetry, gate.ActionForward)
 		}
 	}
 	return rule

@@ -101,7 +101,7 @@ func TestParseValues(t *testing.T) {
 	defaults := gate.RuleSet{
 		UnknownScene: gate.ActionForward,
 		Scenes: map[string]gate.SceneRule{
-			"a": {Limits: []gate.Limit{{Window: hour, Max: 1}}, OnExceed: gate.ActionSuppress},
+			"a": {Limits: []gate.Limit{{Window: hour, Max: 1}}, OnExceed: gate.ActionSuppress, OnStoreError: gate.ActionRetry},
 		},
 	}
 	tests := []struct {
@@ -121,9 +121,19 @@ func TestParseValues(t *testing.T) {
 			Scenes: map[string]gate.SceneRule{"a": {
 				Limits:           []gate.Limit{{Window: hour, Max: 1}, {Window: day, Max: 3}, {Window: 7 * day, Max: 5}},
 				OnExceed:         gate.ActionDrop,
+				OnStoreError:     gate.ActionRetry,
 				BypassPriorities: []gate.Priority{gate.PriorityLow, gate.PriorityHigh, gate.PriorityUrgent},
 				Shadow:           true,
 			}},
+		},
+	}, {
+		name: "a scene that fails open when the window store is down",
+		doc:  "scenes:\n  a:\n    limits: [{window: 1h, max: 1}]\n    on_store_error: forward\n",
+		want: gate.RuleSet{
+			UnknownScene: gate.ActionForward,
+			Scenes: map[string]gate.SceneRule{
+				"a": {Limits: []gate.Limit{{Window: hour, Max: 1}}, OnExceed: gate.ActionSuppress, OnStoreError: gate.ActionForward},
+			},
 		},
 	}, {
 		name: "recipient caps and unknown scene",
@@ -260,16 +270,19 @@ func TestDefaultRules(t *testing.T) {
 		"alert.disk_full": {
 			Limits:           []gate.Limit{{Window: time.Hour, Max: 1}, {Window: 24 * time.Hour, Max: 3}},
 			OnExceed:         gate.ActionSuppress,
+			OnStoreError:     gate.ActionRetry,
 			BypassPriorities: []gate.Priority{gate.PriorityUrgent},
 		},
 		"job.retry_notice": {
-			Limits:   []gate.Limit{{Window: 24 * time.Hour, Max: 3}},
-			OnExceed: gate.ActionDrop,
+			Limits:       []gate.Limit{{Window: 24 * time.Hour, Max: 3}},
+			OnExceed:     gate.ActionDrop,
+			OnStoreError: gate.ActionRetry,
 		},
 		"digest.weekly_report": {
-			Limits:   []gate.Limit{{Window: 7 * 24 * time.Hour, Max: 1}},
-			OnExceed: gate.ActionSuppress,
-			Shadow:   true,
+			Limits:       []gate.Limit{{Window: 7 * 24 * time.Hour, Max: 1}},
+			OnExceed:     gate.ActionSuppress,
+			OnStoreError: gate.ActionRetry,
+			Shadow:       true,
 		},
 	}
 	if !reflect.DeepEqual(rs.Scenes, want) {
