@@ -1,8 +1,11 @@
 // Package httpapi serves the gate's HTTP interface: health and readiness,
-// Prometheus metrics, the rules in force and the suppression reports. One
-// place maps domain errors to status codes, and one middleware checks the
-// bearer token on /v1/*.
+// Prometheus metrics, the report page (package webui) at /, and under /v1/
+// the rules in force, the suppression reports (list, CSV export, summary,
+// hourly timeseries, top recipients) and the OpenAPI 3 document that
+// describes them all (openapi.json, embedded; a test keeps its schemas in
+// step with the Go types). One place maps domain errors to status codes,
+// and one middleware checks the bearer token on /v1/*.
 //
-// It may import the standard library, the Prometheus client, internal/gate
-// and internal/metrics; never an adapter.
+// It may import the standard library, the Prometheus client, internal/gate,
+// internal/metrics and internal/webui; never an adapter.
 package httpapi

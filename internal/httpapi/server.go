@@ -16,6 +16,7 @@ import (
 
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/metrics"
+	"github.com/antifatigue/gate/internal/webui"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -26,11 +27,16 @@ type Check func(ctx context.Context) error
 type Options struct {
 	Rules   gate.RuleSource
 	Reports gate.Reports
+	// Trends serves the timeseries and top-recipients reports. Nil means
+	// Reports, when it implements gate.Trends; otherwise those endpoints
+	// answer 404.
+	Trends gate.Trends
 	// Checks are run by /readyz, by name (nats, window_store, audit_store,
 	// rules).
 	Checks map[string]Check
 	// Token, when set, is required as "Authorization: Bearer <token>" on
-	// every /v1/* request.
+	// every /v1/* request. The report page at / is served without it; the
+	// page asks the reader for the token and sends it on its API calls.
 	Token   string
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
@@ -40,6 +46,9 @@ type Options struct {
 func NewServer(o Options) http.Handler {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Trends == nil {
+		o.Trends, _ = o.Reports.(gate.Trends)
 	}
 	s := &server{o: o}
 	mux := http.NewServeMux()
@@ -51,10 +60,35 @@ func NewServer(o Options) http.Handler {
 	if o.Metrics != nil {
 		handle("GET /metrics", promhttp.HandlerFor(o.Metrics.Registry, promhttp.HandlerOpts{}))
 	}
-	handle("GET /v1/rules", s.auth(s.errors(s.rules)))
-	handle("GET /v1/suppressions", s.auth(s.errors(s.suppressions)))
-	handle("GET /v1/reports/summary", s.auth(s.errors(s.summary)))
+	handle("GET /{$}", webui.Page())
+	handle("GET "+webui.AssetPrefix, webui.Assets())
+
+	api := map[string]apiFunc{
+		"/v1/rules":                  s.rules,
+		"/v1/suppressions":           s.suppressions,
+		"/v1/suppressions.csv":       s.suppressionsCSV,
+		"/v1/reports/summary":        s.summary,
+		"/v1/openapi.json":           s.openapi,
+		"/v1/reports/timeseries":     nil,
+		"/v1/reports/top-recipients": nil,
+	}
+	if o.Trends != nil {
+		api["/v1/reports/timeseries"] = s.timeseries
+		api["/v1/reports/top-recipients"] = s.topRecipients
+	}
+	for path, h := range api {
+		if h != nil {
+			handle("GET "+path, s.auth(s.errors(h)))
+		}
+	}
+	// Every other /v1/ request: 405 on a known path, 404 elsewhere, both
+	// with the JSON error body of the API.
 	handle("/v1/", s.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h, ok := api[r.URL.Path]; ok && h != nil {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+": use GET")
+			return
+		}
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})))
 	return mux
@@ -172,26 +206,19 @@ func (s *server) rules(w http.ResponseWriter, _ *http.Request) error {
 
 func (s *server) suppressions(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	f := gate.SuppressionFilter{Scene: q.Get("scene"), Recipient: q.Get("recipient"), Cursor: q.Get("cursor")}
-	var err error
-	if f.Since, err = parseTime(q, "since"); err != nil {
+	f, err := suppressionFilter(q)
+	if err != nil {
 		return err
 	}
-	if f.Until, err = parseTime(q, "until"); err != nil {
+	f.Cursor = q.Get("cursor")
+	if f.Limit, err = parseLimit(q, maxPage); err != nil {
 		return err
-	}
-	if v := q.Get("limit"); v != "" {
-		if f.Limit, err = strconv.Atoi(v); err != nil || f.Limit < 1 {
-			return badRequest("limit must be a whole number from 1 to 1000, got %q", v)
-		}
 	}
 	page, err := s.o.Reports.Suppressions(r.Context(), f)
 	if err != nil {
 		return err
 	}
-	if page.Items == nil {
-		page.Items = []gate.Suppression{}
-	}
+	page.Items = nonNil(page.Items)
 	writeJSON(w, http.StatusOK, page)
 	return nil
 }
@@ -205,34 +232,16 @@ type Summary struct {
 }
 
 func (s *server) summary(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
-	since, err := parseTime(q, "since")
+	since, until, err := timeRange(r.URL.Query())
 	if err != nil {
 		return err
-	}
-	until, err := parseTime(q, "until")
-	if err != nil {
-		return err
-	}
-	if !since.IsZero() && !until.IsZero() && !until.After(since) {
-		return badRequest("until must be after since")
 	}
 	scenes, err := s.o.Reports.Summary(r.Context(), since, until)
 	if err != nil {
 		return err
 	}
 	sort.Slice(scenes, func(i, j int) bool { return scenes[i].Scene < scenes[j].Scene })
-	out := Summary{Scenes: scenes, Total: Total(scenes)}
-	if out.Scenes == nil {
-		out.Scenes = []gate.SceneSummary{}
-	}
-	if !since.IsZero() {
-		out.Since = &since
-	}
-	if !until.IsZero() {
-		out.Until = &until
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, Summary{Since: orNull(since), Until: orNull(until), Scenes: nonNil(scenes), Total: Total(scenes)})
 	return nil
 }
 
@@ -252,13 +261,19 @@ func Total(scenes []gate.SceneSummary) gate.SceneSummary {
 }
 
 func parseTime(q map[string][]string, name string) (time.Time, error) {
-	v := strings.TrimSpace(first(q[name]))
-	if v == "" {
+	vs, ok := q[name]
+	if !ok {
 		return time.Time{}, nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, v)
+	v := first(vs)
+	// RFC 3339 lets T and Z be lower case; Go's layout does not.
+	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(v))
 	if err != nil {
 		return time.Time{}, badRequest("%s must be an RFC 3339 time such as 2026-11-22T08:00:00Z, got %q", name, v)
+	}
+	// Answers echo the range back, and JSON times stop at year 9999.
+	if y := t.UTC().Year(); y < 1 || y > 9999 {
+		return time.Time{}, badRequest("%s must fall in the years 1 to 9999 (UTC), got %q", name, v)
 	}
 	return t.UTC(), nil
 }

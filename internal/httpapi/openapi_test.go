@@ -1,0 +1,144 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+type openapiSchema struct {
+	Properties           map[string]json.RawMessage `json:"properties"`
+	Required             []string                   `json:"required"`
+	AdditionalProperties *bool                      `json:"additionalProperties"`
+}
+
+type openapiDocument struct {
+	OpenAPI    string                                `json:"openapi"`
+	Paths      map[string]map[string]json.RawMessage `json:"paths"`
+	Components struct {
+		Schemas map[string]openapiSchema `json:"schemas"`
+	} `json:"components"`
+}
+
+func loadOpenAPI(t *testing.T) openapiDocument {
+	t.Helper()
+	var doc openapiDocument
+	if err := json.Unmarshal(OpenAPI(), &doc); err != nil {
+		t.Fatalf("openapi.json does not parse: %v", err)
+	}
+	return doc
+}
+
+// jsonFields lists the JSON names of what encoding/json writes for v's
+// type, and which of them it may leave out (omitempty, omitzero).
+func jsonFields(typ reflect.Type) (all, optional []string) {
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		tag := f.Tag.Get("json")
+		if f.Anonymous && tag == "" {
+			a, o := jsonFields(f.Type)
+			all, optional = append(all, a...), append(optional, o...)
+			continue
+		}
+		if !f.IsExported() || tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "" {
+			name = f.Name
+		}
+		all = append(all, name)
+		if strings.Contains(opts, "omitempty") || strings.Contains(opts, "omitzero") {
+			optional = append(optional, name)
+		}
+	}
+	return all, optional
+}
+
+// TestOpenAPISchemasMatchTypes keeps the hand-written document honest: each
+// schema names exactly the fields its Go type encodes, requires exactly
+// those never left out, and allows no others.
+func TestOpenAPISchemasMatchTypes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	types := map[string]any{
+		"Suppression":     gate.Suppression{},
+		"SuppressionPage": gate.SuppressionPage{},
+		"SceneSummary":    gate.SceneSummary{},
+		"Summary":         Summary{},
+		"HourSummary":     gate.HourSummary{},
+		"Timeseries":      Timeseries{},
+		"RecipientCount":  gate.RecipientCount{},
+		"TopRecipients":   TopRecipients{},
+		"RuleStatus":      gate.RuleStatus{},
+		"RuleSet":         gate.RuleSet{},
+		"SceneRule":       gate.SceneRule{},
+		"Limit":           gate.Limit{}, // MarshalJSON writes window and max, as its tags say
+	}
+	for name, v := range types {
+		s, ok := doc.Components.Schemas[name]
+		if !ok {
+			t.Errorf("schema %s is missing", name)
+			continue
+		}
+		all, optional := jsonFields(reflect.TypeOf(v))
+		var props []string
+		for p := range s.Properties {
+			props = append(props, p)
+		}
+		sort.Strings(all)
+		sort.Strings(props)
+		if !slices.Equal(all, props) {
+			t.Errorf("schema %s has properties %v; %T encodes %v", name, props, v, all)
+		}
+		var required []string
+		for _, f := range all {
+			if !slices.Contains(optional, f) {
+				required = append(required, f)
+			}
+		}
+		got := slices.Sorted(slices.Values(s.Required))
+		if !slices.Equal(got, required) {
+			t.Errorf("schema %s requires %v; %T always writes %v", name, got, v, required)
+		}
+		if s.AdditionalProperties == nil || *s.AdditionalProperties {
+			t.Errorf("schema %s allows additional properties; want additionalProperties: false so drift shows", name)
+		}
+	}
+}
+
+// TestOpenAPIPathsAreServed checks that the document lists every route
+// and nothing more: every path it names answers something other than 404,
+// and every API path the server routes is in it.
+func TestOpenAPIPathsAreServed(t *testing.T) {
+	doc := loadOpenAPI(t)
+	if !strings.HasPrefix(doc.OpenAPI, "3.") {
+		t.Errorf("openapi version %q, want 3.x", doc.OpenAPI)
+	}
+	srv := newTestServer(t, &fakeStore{})
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			if method != "get" {
+				t.Errorf("%s %s: the gate serves only GET", method, path)
+			}
+		}
+		if path == "/metrics" {
+			continue // served when the server has metrics; the test server has none
+		}
+		if code, _, body := get(t, srv, http.MethodGet, path, true); code == http.StatusNotFound {
+			t.Errorf("GET %s is in the document but answers 404: %s", path, body)
+		}
+	}
+	for _, path := range []string{"/", "/healthz", "/readyz", "/metrics", "/v1/openapi.json", "/v1/rules",
+		"/v1/suppressions", "/v1/suppressions.csv", "/v1/reports/summary", "/v1/reports/timeseries",
+		"/v1/reports/top-recipients"} {
+		if _, ok := doc.Paths[path]; !ok {
+			t.Errorf("%s is served but not in the document", path)
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package httpapi
+
+import (
+	"cmp"
+	"encoding/csv"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+// Bounds of the limit parameters.
+const (
+	maxPage       = 1000    // rows of one /v1/suppressions page
+	maxTop        = 1000    // recipients of /v1/reports/top-recipients
+	defaultTop    = 10      // recipients when limit is absent
+	maxCSVRows    = 100_000 // rows of one /v1/suppressions.csv export
+	csvPageRows   = 1000    // rows read from the store at a time by the export
+	truncatedHead = "Gate-Truncated"
+)
+
+// Timeseries is the body of GET /v1/reports/timeseries.
+type Timeseries struct {
+	Since *time.Time `json:"since"`
+	Until *time.Time `json:"until"`
+	// Scene is the scene asked for, or "*" for every scene added up.
+	Scene string             `json:"scene"`
+	Hours []gate.HourSummary `json:"hours"`
+}
+
+func (s *server) timeseries(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	since, until, err := timeRange(q)
+	if err != nil {
+		return err
+	}
+	scene := q.Get("scene")
+	hours, err := s.o.Trends.Timeseries(r.Context(), since, until, scene)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, Timeseries{Since: orNull(since), Until: orNull(until), Scene: cmp.Or(scene, "*"), Hours: nonNil(hours)})
+	return nil
+}
+
+// TopRecipients is the body of GET /v1/reports/top-recipients.
+type TopRecipients struct {
+	Since      *time.Time            `json:"since"`
+	Until      *time.Time            `json:"until"`
+	Recipients []gate.RecipientCount `json:"recipients"`
+}
+
+func (s *server) topRecipients(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	since, until, err := timeRange(q)
+	if err != nil {
+		return err
+	}
+	limit, err := parseLimit(q, maxTop)
+	if err != nil {
+		return err
+	}
+	if limit == 0 {
+		limit = defaultTop
+	}
+	top, err := s.o.Trends.TopRecipients(r.Context(), since, until, limit)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, TopRecipients{Since: orNull(since), Until: orNull(until), Recipients: nonNil(top)})
+	return nil
+}
+
+// csvHeader names the columns of the CSV export.
+var csvHeader = []string{"id", "message_id", "decided_at", "scene", "recipient", "priority", "limit_scope",
+	"limit_window", "limit_max", "count_seen", "shadow", "reason", "rules_version", "next_allowed_at", "payload"}
+
+// suppressionsCSV streams every suppression row that matches the filters,
+// newest first, up to limit rows (100,000 at most). The first page is read
+// before anything is written, so a bad filter or an unavailable store still
+// gets its status code. When rows beyond the limit exist, the trailer
+// Gate-Truncated says "true".
+func (s *server) suppressionsCSV(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	f, err := suppressionFilter(q)
+	if err != nil {
+		return err
+	}
+	capRows, err := parseLimit(q, maxCSVRows)
+	if err != nil {
+		return err
+	}
+	if capRows == 0 {
+		capRows = maxCSVRows
+	}
+	f.Limit = min(csvPageRows, capRows)
+	page, err := s.o.Reports.Suppressions(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/csv; charset=utf-8")
+	h.Set("Content-Disposition", `attachment; filename="suppressions.csv"`)
+	h.Set("Cache-Control", "no-store")
+	h.Set("Trailer", truncatedHead)
+	w.WriteHeader(http.StatusOK)
+	cw := csv.NewWriter(w)
+	_ = cw.Write(csvHeader) // write errors mean the client went away: Flush reports them below
+	written := 0
+	for {
+		for _, p := range page.Items {
+			_ = cw.Write(csvRecord(p))
+		}
+		written += len(page.Items)
+		cw.Flush()
+		if cw.Error() != nil {
+			return nil // the client went away; nothing to tell it
+		}
+		if page.NextCursor == "" || written >= capRows {
+			break
+		}
+		f.Cursor, f.Limit = page.NextCursor, min(csvPageRows, capRows-written)
+		if page, err = s.o.Reports.Suppressions(r.Context(), f); err != nil {
+			// The status line is gone: cut the response short, so the
+			// client sees a failed transfer rather than a complete-looking
+			// file. http.ErrAbortHandler is net/http's way to do that.
+			s.o.Log.Warn("csv export failed midway", "rows", written, "err", err)
+			panic(http.ErrAbortHandler)
+		}
+	}
+	h.Set(truncatedHead, strconv.FormatBool(page.NextCursor != ""))
+	return nil
+}
+
+// csvRecord writes one row of the export. Text cells that a spreadsheet
+// would run as a formula (=, +, -, @ first) get a leading apostrophe:
+// recipients, scenes and payloads come from producers.
+func csvRecord(p gate.Suppression) []string {
+	next := ""
+	if !p.NextAllowedAt.IsZero() {
+		next = p.NextAllowedAt.UTC().Format(time.RFC3339Nano)
+	}
+	return []string{
+		strconv.FormatInt(p.ID, 10), cell(p.MessageID), p.DecidedAt.UTC().Format(time.RFC3339Nano), cell(p.Scene),
+		cell(p.Recipient), cell(string(p.Priority)), string(p.Scope), gate.FormatDuration(time.Duration(p.LimitWindow)),
+		strconv.Itoa(p.LimitMax), strconv.Itoa(p.CountSeen), strconv.FormatBool(p.Shadow), cell(p.Reason),
+		cell(p.RulesVersion), next, cell(p.Payload),
+	}
+}
+
+func cell(v string) string {
+	if v != "" && strings.ContainsRune("=+-@\t\r", rune(v[0])) {
+		return "'" + v
+	}
+	return v
+}
+
+// suppressionFilter reads the filters shared by the list and the export.
+func suppressionFilter(q url.Values) (gate.SuppressionFilter, error) {
+	since, until, err := timeRange(q)
+	if err != nil {
+		return gate.SuppressionFilter{}, err
+	}
+	return gate.SuppressionFilter{Scene: q.Get("scene"), Recipient: q.Get("recipient"), Since: since, Until: until}, nil
+}
+
+// timeRange reads since and until; until before since is a bad request.
+func timeRange(q url.Values) (since, until time.Time, err error) {
+	if since, err = parseTime(q, "since"); err != nil {
+		return since, until, err
+	}
+	if until, err = parseTime(q, "until"); err != nil {
+		return since, until, err
+	}
+	if !since.IsZero() && !until.IsZero() && until.Before(since) {
+		return since, until, badRequest("until must not be before since")
+	}
+	return since, until, nil
+}
+
+// parseLimit reads limit, from 1 to most; 0 when absent. Present but
+// empty is a bad request, like any other value that is not a number.
+func parseLimit(q url.Values, most int) (int, error) {
+	vs, ok := q["limit"]
+	if !ok {
+		return 0, nil
+	}
+	v := vs[0]
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		return 0, badRequest("limit must be a whole number from 1 to %d, got %q", most, v)
+	}
+	return n, nil
+}
+
+// orNull is nil for the zero time: an open end of a range.
+func orNull(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// nonNil makes a nil slice empty, so that it encodes as [] and not null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

@@ -1,0 +1,279 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+const token = "t0ken"
+
+// fakeStore answers report queries from memory and records what it was
+// asked.
+type fakeStore struct {
+	rows     []gate.Suppression // newest first
+	failFrom int                // Suppressions fails from this call on (1-based); 0 never
+	calls    int
+	gotTS    struct {
+		since, until time.Time
+		scene        string
+	}
+	gotTop struct {
+		since, until time.Time
+		limit        int
+	}
+}
+
+func (f *fakeStore) Suppressions(_ context.Context, flt gate.SuppressionFilter) (gate.SuppressionPage, error) {
+	f.calls++
+	if f.failFrom > 0 && f.calls >= f.failFrom {
+		return gate.SuppressionPage{}, fmt.Errorf("list: %w", gate.ErrUnavailable)
+	}
+	start := 0
+	if flt.Cursor != "" {
+		if _, err := fmt.Sscan(flt.Cursor, &start); err != nil {
+			return gate.SuppressionPage{}, fmt.Errorf("cursor: %w", gate.ErrBadRequest)
+		}
+	}
+	limit := flt.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	end := min(start+limit, len(f.rows))
+	page := gate.SuppressionPage{Items: f.rows[start:end]}
+	if end < len(f.rows) {
+		page.NextCursor = fmt.Sprint(end)
+	}
+	return page, nil
+}
+
+func (f *fakeStore) Summary(context.Context, time.Time, time.Time) ([]gate.SceneSummary, error) {
+	return []gate.SceneSummary{{Scene: "b", Received: 2, Suppressed: 1}, {Scene: "a", Received: 1, Forwarded: 1}}, nil
+}
+
+func (f *fakeStore) Timeseries(_ context.Context, since, until time.Time, scene string) ([]gate.HourSummary, error) {
+	f.gotTS.since, f.gotTS.until, f.gotTS.scene = since, until, scene
+	return nil, nil
+}
+
+func (f *fakeStore) TopRecipients(_ context.Context, since, until time.Time, limit int) ([]gate.RecipientCount, error) {
+	f.gotTop.since, f.gotTop.until, f.gotTop.limit = since, until, limit
+	return []gate.RecipientCount{{Recipient: "open_id:a", Suppressed: 3, LastSuppressedAt: time.Unix(0, 0).UTC()}}, nil
+}
+
+type fakeRules struct{}
+
+func (fakeRules) Current() *gate.RuleSet { return &gate.RuleSet{Version: "v1"} }
+func (fakeRules) Status() gate.RuleStatus {
+	return gate.RuleStatus{Rules: &gate.RuleSet{Version: "v1", UnknownScene: gate.ActionForward}, Version: "v1", Source: "test", LoadedAt: time.Unix(0, 0).UTC()}
+}
+
+func newTestServer(t *testing.T, st *fakeStore) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(NewServer(Options{Rules: fakeRules{}, Reports: st, Token: token}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// get calls path with the token and returns the status, headers and body.
+func get(t *testing.T, srv *httptest.Server, method, path string, withToken bool) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if withToken {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	for k, v := range resp.Trailer {
+		resp.Header[k] = v
+	}
+	return resp.StatusCode, resp.Header, string(body)
+}
+
+func TestStatusCodesAndErrorBodies(t *testing.T) {
+	srv := newTestServer(t, &fakeStore{})
+	tests := []struct {
+		method, path string
+		token        bool
+		want         int
+	}{
+		{"GET", "/v1/reports/timeseries", false, http.StatusUnauthorized},
+		{"GET", "/v1/openapi.json", false, http.StatusUnauthorized},
+		{"GET", "/v1/reports/timeseries?since=2024-05-01T10:00:00Z&until=2024-05-01T09:00:00Z", true, http.StatusBadRequest},
+		{"GET", "/v1/reports/timeseries?since=", true, http.StatusBadRequest},
+		{"GET", "/v1/reports/summary?until=yesterday", true, http.StatusBadRequest},
+		{"GET", "/v1/reports/summary?until=9999-12-31T23:00:00-05:00", true, http.StatusBadRequest},
+		{"GET", "/v1/reports/top-recipients?limit=0", true, http.StatusBadRequest},
+		{"GET", "/v1/reports/top-recipients?limit=1001", true, http.StatusBadRequest},
+		{"GET", "/v1/reports/top-recipients?limit=", true, http.StatusBadRequest},
+		{"GET", "/v1/suppressions?limit=1001", true, http.StatusBadRequest},
+		{"GET", "/v1/suppressions?cursor=x", true, http.StatusBadRequest},
+		{"GET", "/v1/suppressions.csv?limit=100001", true, http.StatusBadRequest},
+		{"POST", "/v1/rules", true, http.StatusMethodNotAllowed},
+		{"DELETE", "/v1/suppressions.csv", true, http.StatusMethodNotAllowed},
+		{"GET", "/v1/nope", true, http.StatusNotFound},
+	}
+	for _, tt := range tests {
+		code, h, body := get(t, srv, tt.method, tt.path, tt.token)
+		if code != tt.want {
+			t.Errorf("%s %s: got %d %s, want %d", tt.method, tt.path, code, body, tt.want)
+			continue
+		}
+		var e struct {
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error == "" || h.Get("Content-Type") != "application/json" {
+			t.Errorf("%s %s: body %q (%s), want a JSON {\"error\": ...}", tt.method, tt.path, body, h.Get("Content-Type"))
+		}
+		if code == http.StatusMethodNotAllowed && h.Get("Allow") != "GET, HEAD" {
+			t.Errorf("%s %s: Allow %q, want GET, HEAD", tt.method, tt.path, h.Get("Allow"))
+		}
+	}
+}
+
+func TestTimeseriesAndTopRecipients(t *testing.T) {
+	st := &fakeStore{}
+	srv := newTestServer(t, st)
+	// RFC 3339 lets t and z be lower case.
+	code, _, body := get(t, srv, "GET", "/v1/reports/timeseries?since=2024-05-01t10:00:00z&scene=alert.x", true)
+	if code != http.StatusOK {
+		t.Fatalf("timeseries: %d %s", code, body)
+	}
+	var ts Timeseries
+	if err := json.Unmarshal([]byte(body), &ts); err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC); !st.gotTS.since.Equal(want) || st.gotTS.scene != "alert.x" || !st.gotTS.until.IsZero() {
+		t.Errorf("store asked for %+v, want since %v, scene alert.x, until open", st.gotTS, want)
+	}
+	if ts.Hours == nil || ts.Scene != "alert.x" || ts.Until != nil || ts.Since == nil {
+		t.Errorf("timeseries body %s: want hours [], the scene, since set and until null", body)
+	}
+	if _, _, body := get(t, srv, "GET", "/v1/reports/timeseries", true); !strings.Contains(body, `"scene": "*"`) {
+		t.Errorf("timeseries of every scene: got %s, want scene \"*\"", body)
+	}
+
+	code, _, body = get(t, srv, "GET", "/v1/reports/top-recipients", true)
+	if code != http.StatusOK || st.gotTop.limit != defaultTop {
+		t.Errorf("top recipients: %d %s, limit asked %d; want 200 and limit %d", code, body, st.gotTop.limit, defaultTop)
+	}
+	var top TopRecipients
+	if err := json.Unmarshal([]byte(body), &top); err != nil || len(top.Recipients) != 1 || top.Recipients[0].Suppressed != 3 {
+		t.Errorf("top recipients body %s (%v), want one recipient with 3", body, err)
+	}
+}
+
+func suppressionRows(n int) []gate.Suppression {
+	rows := make([]gate.Suppression, n)
+	at := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
+	for i := range rows {
+		rows[i] = gate.Suppression{
+			ID: int64(n - i), MessageID: fmt.Sprintf("m%d", n-i), Scene: "alert.disk", Recipient: "open_id:ou_a",
+			Priority: gate.PriorityNormal, Scope: gate.ScopeScene, LimitWindow: gate.Duration(time.Hour), LimitMax: 1,
+			CountSeen: 1, Reason: "limit", RulesVersion: "v1", DecidedAt: at.Add(-time.Duration(i) * time.Second),
+			NextAllowedAt: at.Add(time.Hour), Payload: `{"text":"x"}`,
+		}
+	}
+	return rows
+}
+
+func TestSuppressionsCSV(t *testing.T) {
+	st := &fakeStore{rows: suppressionRows(2500)}
+	st.rows[0].Recipient = "=HYPERLINK(\"http://evil\")"
+	st.rows[1].NextAllowedAt = time.Time{}
+	srv := newTestServer(t, st)
+
+	code, h, body := get(t, srv, "GET", "/v1/suppressions.csv", true)
+	if code != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/csv") {
+		t.Fatalf("csv: %d %s", code, h.Get("Content-Type"))
+	}
+	recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+	if err != nil {
+		t.Fatalf("csv does not parse: %v", err)
+	}
+	if len(recs) != 2501 || strings.Join(recs[0], ",") != strings.Join(csvHeader, ",") {
+		t.Fatalf("csv: got %d lines, header %v; want 2501 and %v", len(recs), recs[0], csvHeader)
+	}
+	if got := recs[1][4]; got != `'=HYPERLINK("http://evil")` {
+		t.Errorf("a formula recipient is written %q, want it behind an apostrophe", got)
+	}
+	if got := recs[2][13]; got != "" {
+		t.Errorf("next_allowed_at of a row without one: got %q, want empty", got)
+	}
+	if got := recs[3]; got[7] != "1h" || got[2] != "2024-05-01T09:59:58Z" || got[13] != "2024-05-01T11:00:00Z" {
+		t.Errorf("row 3: got %v, want window 1h and RFC 3339 times", got)
+	}
+	if h.Get(truncatedHead) != "false" {
+		t.Errorf("Gate-Truncated trailer of a complete export: got %q, want false", h.Get(truncatedHead))
+	}
+
+	code, h, body = get(t, srv, "GET", "/v1/suppressions.csv?limit=1500", true)
+	if n := strings.Count(body, "\n"); code != http.StatusOK || n != 1501 || h.Get(truncatedHead) != "true" {
+		t.Errorf("csv capped at 1500: %d, %d lines, trailer %q; want 200, 1501 lines, true", code, n, h.Get(truncatedHead))
+	}
+}
+
+func TestSuppressionsCSVFailures(t *testing.T) {
+	// The first page fails: a proper status and error body.
+	srv := newTestServer(t, &fakeStore{rows: suppressionRows(10), failFrom: 1})
+	if code, _, body := get(t, srv, "GET", "/v1/suppressions.csv", true); code != http.StatusServiceUnavailable || !strings.Contains(body, `"error"`) {
+		t.Errorf("csv with the store down: %d %s, want 503 with an error body", code, body)
+	}
+
+	// A later page fails: the transfer is cut short, never ended cleanly.
+	srv = newTestServer(t, &fakeStore{rows: suppressionRows(2500), failFrom: 2})
+	req, _ := http.NewRequest("GET", srv.URL+"/v1/suppressions.csv", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, err = io.ReadAll(resp.Body)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("reading an export whose store failed midway: got %v, want io.ErrUnexpectedEOF", err)
+	}
+}
+
+func TestPageWithoutTokenAndHeaders(t *testing.T) {
+	srv := newTestServer(t, &fakeStore{})
+	for path, ctype := range map[string]string{"/": "text/html", "/ui/app.js": "text/javascript", "/ui/style.css": "text/css"} {
+		code, h, body := get(t, srv, "GET", path, false)
+		if code != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), ctype) || body == "" {
+			t.Errorf("GET %s without token: %d %q, want 200 %s", path, code, h.Get("Content-Type"), ctype)
+		}
+		csp := h.Get("Content-Security-Policy")
+		if !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") || h.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET %s: CSP %q, nosniff %q; want script-src 'self' and no unsafe-inline", path, csp, h.Get("X-Content-Type-Options"))
+		}
+	}
+	for _, path := range []string{"/ui/", "/ui/index.html", "/ui/nope.js", "/ui/../go.mod", "/nope"} {
+		if code, _, _ := get(t, srv, "GET", path, false); code != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", path, code)
+		}
+	}
+	_, _, page := get(t, srv, "GET", "/", false)
+	if strings.Contains(page, "<script>") || strings.Contains(page, " style=") || strings.Contains(page, "http://") || strings.Contains(page, "https://") {
+		t.Error("the page has inline script or style, or loads something from elsewhere")
+	}
+}

@@ -1,0 +1,390 @@
+// The gate's report page. Plain JavaScript, no framework, no build step.
+// Every piece of data from the API is written with textContent or as an
+// SVG attribute, never parsed as markup: scenes, recipients and payloads
+// come from producers.
+'use strict';
+
+(function () {
+  const TOKEN_KEY = 'gate.apiToken';
+  const SVG = 'http://www.w3.org/2000/svg';
+  const HOUR = 3600e3;
+  const nf = new Intl.NumberFormat();
+  const $ = (id) => document.getElementById(id);
+
+  let token = sessionStorage.getItem(TOKEN_KEY) || '';
+  let range = { since: null, until: null };
+  let lookupState = { recipient: '', cursor: '' };
+
+  // --- API -----------------------------------------------------------------
+
+  class AuthError extends Error {}
+
+  // api calls GET path with the bearer token and returns the decoded JSON,
+  // or the Response itself when raw is set. A 401 shows the token form.
+  async function api(path, params, raw) {
+    const url = new URL(path, window.location.origin);
+    for (const [k, v] of Object.entries(params || {})) {
+      if (v !== undefined && v !== null && v !== '') url.searchParams.set(k, v);
+    }
+    const headers = { Accept: raw ? 'text/csv' : 'application/json' };
+    if (token) headers.Authorization = 'Bearer ' + token;
+    const resp = await fetch(url, { headers, cache: 'no-store' });
+    if (resp.status === 401) {
+      askToken(token ? 'The gate refused this token. Enter the current GATE_API_TOKEN.' : null);
+      throw new AuthError('the API needs a token');
+    }
+    if (!resp.ok) {
+      let msg = resp.status + ' ' + resp.statusText;
+      try { msg = (await resp.json()).error || msg; } catch (_) { /* not JSON */ }
+      throw new Error(path + ': ' + msg);
+    }
+    return raw ? resp : resp.json();
+  }
+
+  function askToken(message) {
+    if (message) $('auth-message').textContent = message;
+    $('auth').hidden = false;
+    $('token').focus();
+  }
+
+  // --- formatting ----------------------------------------------------------
+
+  const num = (n) => nf.format(n || 0);
+  function rate(held, received) {
+    if (!received) return '—';
+    return (100 * held / received).toFixed(1) + '%';
+  }
+  function when(iso) {
+    if (!iso) return '';
+    return new Date(iso).toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
+  }
+  function relative(iso) {
+    const ms = new Date(iso).getTime() - Date.now();
+    const abs = Math.abs(ms);
+    let text;
+    if (abs < 60e3) text = Math.round(abs / 1e3) + ' s';
+    else if (abs < HOUR) text = Math.round(abs / 60e3) + ' min';
+    else if (abs < 48 * HOUR) text = (abs / HOUR).toFixed(1) + ' h';
+    else text = Math.round(abs / (24 * HOUR)) + ' days';
+    return ms > 0 ? 'in ' + text : text + ' ago';
+  }
+  function limitText(s) {
+    if (s.reason === 'unknown_scene') return 'scene has no rule (unknown_scene)';
+    const scope = s.limit_scope === 'recipient' ? 'across all scenes' : 'in this scene';
+    return s.limit_max + ' per ' + s.limit_window + ' ' + scope;
+  }
+  function limitsText(limits) {
+    return (limits || []).map((l) => l.max + ' per ' + l.window).join(', ') || 'none';
+  }
+
+  // el builds an element with text content and attributes.
+  function el(tag, text, attrs) {
+    const e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    return e;
+  }
+  function timeCell(iso, extra) {
+    const td = el('td', when(iso) + (extra ? ' (' + extra + ')' : ''), { class: 'text', title: iso || '' });
+    if (iso) td.dataset.time = iso;
+    return td;
+  }
+
+  // --- time range ----------------------------------------------------------
+
+  function pickRange() {
+    const choice = $('range').value;
+    $('custom-range').hidden = choice !== 'custom';
+    let since, until;
+    if (choice === 'custom') {
+      since = $('since').value ? new Date($('since').value) : null;
+      until = $('until').value ? new Date($('until').value) : null;
+    } else {
+      // The end is the next whole minute, so the numbers hold still for a
+      // minute and the current hour is included.
+      until = new Date(Math.ceil(Date.now() / 60e3) * 60e3);
+      since = new Date(until.getTime() - parseInt(choice, 10) * HOUR);
+    }
+    range = { since: since && since.toISOString(), until: until && until.toISOString() };
+    const label = $('range-label');
+    label.textContent = 'From ' + (range.since ? when(range.since) : 'the beginning') + ' to ' +
+      (range.until ? when(range.until) : 'now') + '. Counts are per hour: the first hour counts whole.';
+    label.dataset.since = range.since || '';
+    label.dataset.until = range.until || '';
+  }
+
+  // --- sections ------------------------------------------------------------
+
+  const FIELDS = ['received', 'forwarded', 'suppressed', 'dropped', 'invalid'];
+
+  function summaryRow(s, tag) {
+    const tr = el('tr', null, { 'data-scene': s.scene });
+    tr.appendChild(el(tag, s.scene === '*' ? 'all scenes' : s.scene, { class: 'text', scope: 'row' }));
+    for (const f of FIELDS) tr.appendChild(el('td', num(s[f]), { 'data-field': f, 'data-value': s[f] || 0 }));
+    const shadow = (s.shadow_suppressed || 0) + (s.shadow_dropped || 0);
+    tr.appendChild(el('td', num(shadow), { 'data-field': 'shadow', 'data-value': shadow }));
+    const held = (s.suppressed || 0) + (s.dropped || 0);
+    tr.appendChild(el('td', rate(held, s.received), { 'data-field': 'rate', class: held ? 'rate hot' : 'rate' }));
+    return tr;
+  }
+
+  async function loadSummary() {
+    const data = await api('/v1/reports/summary', range);
+    const body = $('summary-body');
+    const foot = $('summary-total');
+    body.replaceChildren(...data.scenes.map((s) => summaryRow(s, 'th')));
+    foot.replaceChildren(summaryRow(data.total, 'th'));
+    $('summary-empty').hidden = data.scenes.length > 0;
+    // The chart's scene list follows the scenes that have counts.
+    const pick = $('chart-scene');
+    const chosen = pick.value;
+    pick.replaceChildren(el('option', 'all scenes', { value: '' }),
+      ...data.scenes.map((s) => el('option', s.scene, { value: s.scene })));
+    pick.value = data.scenes.some((s) => s.scene === chosen) ? chosen : '';
+  }
+
+  async function loadChart() {
+    const scene = $('chart-scene').value;
+    const data = await api('/v1/reports/timeseries', { since: range.since, until: range.until, scene });
+    drawChart(data.hours, scene);
+  }
+
+  // drawChart draws stacked bars per hour (per day beyond two weeks) from
+  // the sparse hourly rows of the API, filling the hours without counts.
+  function drawChart(rows, scene) {
+    const box = $('chart-box');
+    const end = range.until ? new Date(range.until).getTime() : Date.now();
+    let start = range.since ? new Date(range.since).getTime()
+      : (rows.length ? new Date(rows[0].hour).getTime() : end - 24 * HOUR);
+    start = Math.floor(start / HOUR) * HOUR;
+    const step = end - start > 14 * 24 * HOUR ? 24 * HOUR : HOUR;
+    const buckets = [];
+    for (let t = start; t < end; t += step) buckets.push({ t, received: 0, forwarded: 0, suppressed: 0, dropped: 0, invalid: 0 });
+    for (const r of rows) {
+      const i = Math.floor((new Date(r.hour).getTime() - start) / step);
+      if (i < 0 || i >= buckets.length) continue;
+      for (const f of FIELDS) buckets[i][f] += r[f] || 0;
+    }
+    const W = 960, H = 260, left = 52, right = 12, top = 12, bottom = 36;
+    const svg = document.createElementNS(SVG, 'svg');
+    svg.setAttribute('id', 'chart');
+    svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
+    svg.setAttribute('role', 'img');
+    svg.dataset.scene = scene || '*';
+    svg.dataset.step = step === HOUR ? 'hour' : 'day';
+    const title = document.createElementNS(SVG, 'title');
+    title.textContent = 'Messages per ' + svg.dataset.step + (scene ? ' of ' + scene : ', all scenes');
+    svg.appendChild(title);
+    const peak = Math.max(1, ...buckets.map((b) => b.received));
+    const nice = niceCeil(peak);
+    const plotH = H - top - bottom, plotW = W - left - right;
+    const y = (v) => top + plotH - (v / nice) * plotH;
+    for (let i = 0; i <= 4; i++) {
+      const v = (nice / 4) * i;
+      svg.appendChild(svgEl('line', { x1: left, x2: W - right, y1: y(v), y2: y(v), class: 'grid' }));
+      const lbl = svgEl('text', { x: left - 6, y: y(v) + 4, class: 'axis', 'text-anchor': 'end' });
+      lbl.textContent = num(Math.round(v));
+      svg.appendChild(lbl);
+    }
+    const bw = plotW / Math.max(1, buckets.length);
+    const labelEvery = Math.max(1, Math.ceil(buckets.length / 8));
+    buckets.forEach((b, i) => {
+      const g = svgEl('g', { class: 'bar' });
+      g.dataset.hour = new Date(b.t).toISOString();
+      for (const f of FIELDS) g.dataset[f] = b[f];
+      const tip = document.createElementNS(SVG, 'title');
+      tip.textContent = when(g.dataset.hour) + ': received ' + num(b.received) + ', forwarded ' + num(b.forwarded) +
+        ', suppressed ' + num(b.suppressed) + ', dropped ' + num(b.dropped) + ', invalid ' + num(b.invalid);
+      g.appendChild(tip);
+      let base = 0;
+      for (const f of ['forwarded', 'suppressed', 'dropped', 'invalid']) {
+        if (!b[f]) continue;
+        g.appendChild(svgEl('rect', {
+          x: left + i * bw + bw * 0.1, width: Math.max(0.5, bw * 0.8),
+          y: y(base + b[f]), height: y(base) - y(base + b[f]), class: f,
+        }));
+        base += b[f];
+      }
+      svg.appendChild(g);
+      if (i % labelEvery === 0) {
+        const d = new Date(b.t);
+        const lbl = svgEl('text', { x: left + i * bw + bw / 2, y: H - bottom + 16, class: 'axis', 'text-anchor': 'middle' });
+        lbl.textContent = step === HOUR
+          ? d.toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' })
+          : d.toLocaleDateString(undefined, { month: 'short', day: 'numeric' });
+        svg.appendChild(lbl);
+        if (step === HOUR && (i === 0 || d.getHours() < labelEvery)) {
+          const day = svgEl('text', { x: left + i * bw + bw / 2, y: H - bottom + 30, class: 'axis day', 'text-anchor': 'middle' });
+          day.textContent = d.toLocaleDateString(undefined, { month: 'short', day: 'numeric' });
+          svg.appendChild(day);
+        }
+      }
+    });
+    svg.appendChild(svgEl('line', { x1: left, x2: W - right, y1: y(0), y2: y(0), class: 'baseline' }));
+    box.replaceChildren(svg);
+  }
+
+  function svgEl(tag, attrs) {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    return e;
+  }
+
+  // niceCeil rounds a chart's peak up to 1, 2 or 5 times a power of ten.
+  function niceCeil(v) {
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 2, 5, 10]) if (v <= m * p) return Math.max(4, m * p);
+    return 10 * p;
+  }
+
+  async function loadTop() {
+    const data = await api('/v1/reports/top-recipients', { since: range.since, until: range.until, limit: 10 });
+    const rows = data.recipients.map((r) => {
+      const tr = el('tr', null, { 'data-recipient': r.recipient });
+      const cell = el('td', null, { class: 'text' });
+      const b = el('button', r.recipient, { type: 'button', class: 'link', title: 'Why did they not get it?' });
+      b.addEventListener('click', () => { $('lookup-recipient').value = r.recipient; guard(lookup)(r.recipient, ''); });
+      cell.appendChild(b);
+      tr.appendChild(cell);
+      tr.appendChild(el('td', num(r.suppressed), { 'data-field': 'suppressed', 'data-value': r.suppressed }));
+      tr.appendChild(el('td', num(r.shadow), { 'data-field': 'shadow', 'data-value': r.shadow }));
+      tr.appendChild(timeCell(r.last_suppressed_at, relative(r.last_suppressed_at)));
+      return tr;
+    });
+    $('top-body').replaceChildren(...rows);
+    $('top-empty').hidden = rows.length > 0;
+  }
+
+  async function loadRules() {
+    const st = await api('/v1/rules');
+    $('rules-version').textContent = st.version;
+    $('rules-version-badge').textContent = st.version;
+    $('rules-loaded').textContent = when(st.loaded_at) + ' (' + relative(st.loaded_at) + ')';
+    $('rules-loaded').dataset.time = st.loaded_at;
+    $('rules-source').textContent = st.source;
+    const rules = st.rules || { scenes: {} };
+    $('rules-unknown').textContent = rules.unknown_scene || '';
+    $('rules-caps').textContent = limitsText(rules.recipient_caps);
+    const err = $('rules-error');
+    err.hidden = !st.last_error;
+    err.textContent = st.last_error ? 'Last rejected document (' + when(st.last_error_at) + '): ' + st.last_error : '';
+    const names = Object.keys(rules.scenes || {}).sort();
+    $('rules-body').replaceChildren(...names.map((name) => {
+      const r = rules.scenes[name];
+      const tr = el('tr', null, { 'data-scene': name });
+      tr.appendChild(el('th', name, { class: 'text', scope: 'row' }));
+      tr.appendChild(el('td', limitsText(r.limits), { class: 'text' }));
+      let what = r.on_exceed;
+      if (r.shadow) what += ' (shadow: forwarded anyway)';
+      if (r.bypass_priorities && r.bypass_priorities.length) what += '; ' + r.bypass_priorities.join(', ') + ' bypass';
+      tr.appendChild(el('td', what, { class: 'text' }));
+      return tr;
+    }));
+  }
+
+  // lookup lists one recipient's suppressions in the range, newest first;
+  // a cursor appends the next page.
+  async function lookup(recipient, cursor) {
+    recipient = recipient.trim();
+    if (!recipient) return;
+    const page = await api('/v1/suppressions', { recipient, since: range.since, until: range.until, limit: 50, cursor });
+    const body = $('lookup-body');
+    if (!cursor) body.replaceChildren();
+    for (const s of page.items) {
+      const tr = el('tr', null, { 'data-message-id': s.message_id });
+      tr.appendChild(timeCell(s.decided_at));
+      tr.appendChild(el('td', s.scene, { class: 'text', 'data-field': 'scene' }));
+      tr.appendChild(el('td', limitText(s) + (s.shadow ? ' (shadow: forwarded anyway)' : ''),
+        { class: 'text', 'data-field': 'limit' }));
+      tr.appendChild(el('td', num(s.count_seen), { 'data-field': 'count_seen', 'data-value': s.count_seen }));
+      const reopens = s.next_allowed_at ? timeCell(s.next_allowed_at, relative(s.next_allowed_at)) : el('td', '—', { class: 'text' });
+      reopens.dataset.field = 'next_allowed_at';
+      tr.appendChild(reopens);
+      tr.appendChild(el('td', s.rules_version, { class: 'text mono', 'data-field': 'rules_version' }));
+      tr.appendChild(el('td', s.message_id, { class: 'text mono', 'data-field': 'message_id' }));
+      body.appendChild(tr);
+    }
+    lookupState = { recipient, cursor: page.next_cursor };
+    const n = body.children.length;
+    $('lookup-table').hidden = n === 0;
+    $('lookup-more').hidden = !page.next_cursor;
+    $('lookup-csv').disabled = n === 0;
+    const summary = $('lookup-summary');
+    summary.dataset.recipient = recipient;
+    summary.dataset.count = n;
+    if (n === 0) {
+      summary.textContent = 'Nothing was held back for ' + recipient + ' in this range. ' +
+        'If a message still did not arrive, it was forwarded (or never reached the gate).';
+      return;
+    }
+    const newest = body.firstElementChild;
+    const reopen = newest.querySelector('[data-field="next_allowed_at"]').dataset.time;
+    summary.textContent = n + (page.next_cursor ? '+' : '') + ' message' + (n === 1 ? ' was' : 's were') +
+      ' held back for ' + recipient + '.' + (reopen ? ' The latest limit reopens ' + when(reopen) + ' (' + relative(reopen) + ').' : '');
+  }
+
+  async function downloadCSV() {
+    const resp = await api('/v1/suppressions.csv', { recipient: lookupState.recipient, since: range.since, until: range.until }, true);
+    const blob = await resp.blob();
+    const a = el('a', null, { href: URL.createObjectURL(blob), download: 'suppressions.csv' });
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10e3);
+  }
+
+  // --- wiring ----------------------------------------------------------------
+
+  function status(text, isError) {
+    const s = $('status');
+    s.textContent = text;
+    s.className = isError ? 'error' : 'muted';
+  }
+
+  // guard runs an async action and reports its failure on the page.
+  function guard(fn) {
+    return async (...args) => {
+      try {
+        await fn(...args);
+      } catch (e) {
+        if (!(e instanceof AuthError)) status(e.message, true);
+      }
+    };
+  }
+
+  async function refresh() {
+    pickRange();
+    document.body.dataset.loaded = 'false';
+    status('Loading…');
+    try {
+      await Promise.all([loadRules(), loadSummary().then(loadChart), loadTop()]);
+      if (lookupState.recipient) await lookup(lookupState.recipient, '');
+      status('Updated ' + new Date().toLocaleTimeString() + '.');
+      document.body.dataset.loaded = 'true';
+    } catch (e) {
+      if (!(e instanceof AuthError)) status(e.message, true);
+      else status('Waiting for the API token.');
+    }
+  }
+
+  document.addEventListener('DOMContentLoaded', () => {
+    $('range-form').addEventListener('submit', (ev) => { ev.preventDefault(); refresh(); });
+    $('range').addEventListener('change', () => { if ($('range').value !== 'custom') refresh(); else pickRange(); });
+    $('chart-scene').addEventListener('change', guard(loadChart));
+    $('auth-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      token = $('token').value.trim();
+      sessionStorage.setItem(TOKEN_KEY, token);
+      $('token').value = '';
+      $('auth').hidden = true;
+      refresh();
+    });
+    $('lookup-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      guard(lookup)($('lookup-recipient').value, '');
+    });
+    $('lookup-more').addEventListener('click', guard(() => lookup(lookupState.recipient, lookupState.cursor)));
+    $('lookup-csv').addEventListener('click', guard(downloadCSV));
+    refresh();
+  });
+})();
