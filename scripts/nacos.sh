@@ -17,7 +17,7 @@ mkdir -p "$STATE_DIR"
 log() { printf 'nacos: %s\n' "$*" >&2; }
 die() { printf 'nacos: FAILED: %s\n' "$*" >&2; exit 1; }
 
-ready() { curl -fsS -o /dev/null -m 2 "http://127.0.0.1:$PORT/nacos/v1/console/health/readiness"; }
+ready() { curl -fs -o /dev/null -m 2 "http://127.0.0.1:$PORT/nacos/v1/console/health/readiness"; }
 
 command -v curl >/dev/null || die "curl is needed to probe Nacos (apt-get install curl)"
 

@@ -137,7 +137,13 @@ type gateProc struct {
 
 // start runs `gate serve` with e's environment plus extra, and waits until
 // /readyz answers 200.
-func (e *env) start(extra map[string]string) *gateProc {
+func (e *env) start(extra map[string]string) *gateProc { return e.startUntil(extra, "/readyz") }
+
+// startUnready is start for a gate that runs with a dependency down: it
+// waits for /healthz only.
+func (e *env) startUnready(extra map[string]string) *gateProc { return e.startUntil(extra, "/healthz") }
+
+func (e *env) startUntil(extra map[string]string, probe string) *gateProc {
 	t := e.t
 	t.Helper()
 	vars := map[string]string{"GATE_HTTP_ADDR": freeAddr(t)}
@@ -160,7 +166,7 @@ func (e *env) start(extra map[string]string) *gateProc {
 	})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get(g.base + "/readyz")
+		resp, err := http.Get(g.base + probe)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -174,7 +180,7 @@ func (e *env) start(extra map[string]string) *gateProc {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("gate not ready after 20s\n%s", g.log.String())
+			t.Fatalf("gate not answering %s after 20s\n%s", probe, g.log.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

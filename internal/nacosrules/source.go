@@ -159,15 +159,23 @@ func (s *Source) Initial() (doc []byte, fromSnapshot bool, err error) {
 	return snap, true, nil
 }
 
-// Watch listens for published changes and re-reads the document on each one
-// and every Resync, until ctx ends. Every read goes through live.Reload, which
-// serialises them, so the newest document is the one left in force; an
-// invalid, empty or deleted document is rejected and the last good rules stay.
+// Watch listens for published changes until ctx ends.
+//
+// Each change is applied at once from the content the server pushed, for
+// the shortest delay. Because the SDK calls back on a new goroutine per
+// change, two quick edits can be applied in the wrong order; so every change
+// also schedules a re-read from the server shortly after (debounced), through
+// live's serialised reload, which leaves the newest published document in
+// force. The same re-read runs every Resync as a safety net, and picks up
+// what changed while the server was unreachable. A re-read that fails (the
+// server is down, or the SDK's 5-per-second query limit) is retried with a
+// growing delay; it is never mistaken for an invalid document. An invalid,
+// empty or deleted document is rejected and the last good rules stay.
 func (s *Source) Watch(ctx context.Context, live *rules.Live) error {
 	changed := make(chan struct{}, 1)
 	p := s.param()
-	p.OnChange = func(_, _, _, _ string) {
-		// The SDK runs this on a new goroutine per change; just signal.
+	p.OnChange = func(_, _, _, data string) {
+		_ = live.TryReload(s.name, func() ([]byte, error) { return []byte(data), nil }) // logged and counted by Live
 		select {
 		case changed <- struct{}{}:
 		default:
@@ -176,24 +184,41 @@ func (s *Source) Watch(ctx context.Context, live *rules.Live) error {
 	if err := s.client.ListenConfig(p); err != nil {
 		return fmt.Errorf("listen to %s: %w", s.name, err)
 	}
-	go func() {
-		defer func() { _ = s.client.CancelListenConfig(s.param()) }()
-		t := time.NewTicker(s.opts.Resync)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-			case <-t.C:
-			}
-			_ = live.Reload(s.name, func() ([]byte, error) {
-				c, err := s.Get()
-				return []byte(c), err
-			}) // logged and counted by Live
-		}
-	}()
+	go s.resync(ctx, live, changed)
 	return nil
+}
+
+// resync re-reads the document after changes (debounced) and every Resync.
+func (s *Source) resync(ctx context.Context, live *rules.Live, changed <-chan struct{}) {
+	defer func() { _ = s.client.CancelListenConfig(s.param()) }()
+	const debounce = 300 * time.Millisecond
+	tick := time.NewTicker(s.opts.Resync)
+	defer tick.Stop()
+	retry := time.NewTimer(0)
+	<-retry.C
+	delay := debounce
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			retry.Reset(debounce) // let a burst of edits settle first
+			continue
+		case <-tick.C:
+		case <-retry.C:
+		}
+		err := live.TryReload(s.name, func() ([]byte, error) {
+			c, err := s.Get()
+			return []byte(c), err
+		})
+		if errors.Is(err, rules.ErrFetch) {
+			s.opts.Log.Warn("nacos unreadable; the rules in force stay, retrying", "source", s.name, "in", delay, "err", err)
+			retry.Reset(delay)
+			delay = min(2*delay, s.opts.Resync)
+			continue
+		}
+		delay = debounce
+	}
 }
 
 // Publish stores doc as the rule document, for `gate rules push`.

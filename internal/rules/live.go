@@ -187,6 +187,23 @@ func (l *Live) Reload(source string, fetch func() ([]byte, error)) error {
 	return l.ApplyDoc(source, seq, data)
 }
 
+// TryReload is Reload for a source that may fail to answer for a moment
+// (a rate limit, a dropped connection): a failed fetch is returned as is,
+// neither numbered nor counted as a rejected document, so the caller can
+// retry. A document that was fetched is applied or rejected as by Reload.
+func (l *Live) TryReload(source string, fetch func() ([]byte, error)) error {
+	l.reload.Lock()
+	defer l.reload.Unlock()
+	data, err := fetch()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrFetch, err)
+	}
+	return l.ApplyDoc(source, l.NextSeq(), data)
+}
+
+// ErrFetch marks a TryReload whose source could not be read.
+var ErrFetch = errors.New("rule source unreadable")
+
 // settle applies rs, or rejects err, under seq.
 func (l *Live) settle(source string, seq uint64, rs *gate.RuleSet, err error) error {
 	if err != nil {
