@@ -27,6 +27,7 @@ test:
 	@set -e; env_file=$$(mktemp); trap 'rm -f $$env_file' EXIT; \
 	bash scripts/services.sh > $$env_file; \
 	bash scripts/nacos.sh >> $$env_file; \
+	bash scripts/browser.sh >> $$env_file; bash scripts/schemathesis.sh >> $$env_file; \
 	set -a; . $$env_file; set +a; \
 	export GATE_TEST_REQUIRE_SERVICES=1; \
 	echo "make test: services ready; running go test $(TESTFLAGS) $(PKGS)"; \

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
 )
 
 // config is every setting of gate serve. Each is a flag and a GATE_*
@@ -43,6 +45,7 @@ type config struct {
 	RetryMax         time.Duration
 	RedactPayload    bool
 	LedgerRetention  time.Duration
+	AuditRetention   time.Duration
 	ShutdownTimeout  time.Duration
 
 	// explicit holds the flags whose value came from a flag or a variable
@@ -120,6 +123,14 @@ func settings(c *config) []setting {
 		{"retry-max", "GATE_RETRY_MAX", "30s", "longest delay before a message that met a transient failure is retried", false, dur(&c.RetryMax)},
 		{"redact-payload", "GATE_REDACT_PAYLOAD", "false", "leave the payload out of suppression rows", false, boolean(&c.RedactPayload)},
 		{"ledger-retention", "GATE_LEDGER_RETENTION", "168h", "how long decided message ids are remembered for de-duplication", false, dur(&c.LedgerRetention)},
+		{"audit-retention", "GATE_AUDIT_RETENTION", "90d", "how long suppression rows are kept, as a Go duration or days (90d); 0 keeps them forever", false, func(v string) error {
+			d, err := gate.ParseDuration(v)
+			if err != nil || d < 0 {
+				return fmt.Errorf("want a duration such as 2160h or days such as 90d, got %q", v)
+			}
+			c.AuditRetention = d
+			return nil
+		}},
 		{"shutdown-timeout", "GATE_SHUTDOWN_TIMEOUT", "10s", "longest graceful shutdown", false, dur(&c.ShutdownTimeout)},
 	}
 }

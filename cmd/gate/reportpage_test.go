@@ -1,0 +1,394 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/httpapi"
+	"github.com/antifatigue/gate/internal/testenv"
+)
+
+// reportRules give the report page every kind of outcome to show.
+const reportRules = `
+unknown_scene: forward
+scenes:
+  alert.disk_full:
+    limits:
+      - {window: 1h, max: 1}
+      - {window: 24h, max: 3}
+    on_exceed: suppress
+  job.retry_notice:
+    limits: [{window: 24h, max: 1}]
+    on_exceed: drop
+  digest.weekly:
+    limits: [{window: 7d, max: 1}]
+    on_exceed: suppress
+    shadow: true
+`
+
+// reportTraffic publishes, through NATS, messages that the gate forwards,
+// suppresses, drops, shadow-suppresses and finds invalid, for recipients
+// unique to this run (the Redis windows outlive it). It returns the
+// recipients' receive ids: alice (5 suppressed), bob (2), a recipient whose
+// id is markup (1), carol (2 dropped) and dan (1 shadow suppression).
+func reportTraffic(t *testing.T, c *client) (alice, bob, evil string) {
+	t.Helper()
+	u := testenv.Unique("")
+	alice, bob = "ou_alice"+u, "ou_bob"+u
+	evil = `<img src=x onerror="window.__pwned=1">` + u
+	carol, dan := "ou_carol"+u, "ou_dan"+u
+	var ms []msg
+	add := func(n int, scene, to string) {
+		for i := range n {
+			ms = append(ms, msg{ID: fmt.Sprintf("%s-%s-%d", scene, to, i), Scene: scene, To: to})
+		}
+	}
+	add(6, "alert.disk_full", alice)
+	add(3, "alert.disk_full", bob)
+	add(2, "alert.disk_full", evil)
+	add(3, "job.retry_notice", carol)
+	add(2, "digest.weekly", dan)
+	add(2, "unknown.scene", carol)
+	c.send(ms...)
+	c.publish([]byte("not json at all"))
+	return alice, bob, evil
+}
+
+// requiredTool returns the path of a program a test needs: from env when
+// set, else the first of paths that exists. When none does, the test skips
+// under a plain go test and fails under make test, saying which is missing
+// and how to get it.
+func requiredTool(t *testing.T, name, env, script string, paths ...string) string {
+	t.Helper()
+	if p := os.Getenv(env); p != "" {
+		paths = []string{p}
+	}
+	for _, p := range paths {
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
+		}
+	}
+	msg := fmt.Sprintf("%s not found (looked at %v): run `bash %s` (make test does) or set %s", name, paths, script, env)
+	if testenv.Required() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// artifactsDir is where tests leave files for people to look at: the
+// git-ignored testdata/artifacts of the repository, or GATE_TEST_ARTIFACTS.
+func artifactsDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("GATE_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "testdata", "artifacts")
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// browser is a headless Chromium with one tab, and what its pages wrote
+// to the console as errors.
+type browser struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	errors []string
+}
+
+// newBrowser starts a headless Chromium with a fresh profile and the flags
+// this machine needs (root, no network), and records every script
+// exception and console error, CSP violations included.
+func newBrowser(t *testing.T, chromium string) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
+	// The first action starts the browser, and the browser lives as long as
+	// that action's context: no timeout on it.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium %s: %v", chromium, err)
+	}
+	b := &browser{ctx: ctx}
+	msgs := chromedp.Console(ctx)
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			// The API's 401 before the token is entered is expected; the
+			// browser logs it as a failed resource.
+			expected := m.Source == "network" && strings.Contains(m.Text, "status of 401")
+			if (m.Type == chromedp.ConsoleError || m.IsException()) && !expected {
+				b.mu.Lock()
+				b.errors = append(b.errors, m.String())
+				b.mu.Unlock()
+			}
+		}
+	}()
+	return b
+}
+
+// do runs steps, each batch bounded to 30 s.
+func (b *browser) do(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval runs one step that returns a value, bounded to 30 s.
+func eval[T any](t *testing.T, b *browser, a chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// evalJSON evaluates expr in the page and decodes its value into out.
+func (b *browser) evalJSON(t *testing.T, expr string, out any) {
+	t.Helper()
+	raw := eval(t, b, chromedp.Evaluate[string]("JSON.stringify("+expr+")"))
+	if err := json.Unmarshal([]byte(raw), out); err != nil {
+		t.Fatalf("decode %s: %v", raw, err)
+	}
+}
+
+// consoleErrors returns what the pages wrote to the console as errors.
+func (b *browser) consoleErrors() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.errors)
+}
+
+// TestReportPageInBrowser loads the report page in headless Chromium
+// against a real gate (NATS, Redis, Postgres) that has decided real
+// traffic, and checks that what the page shows is what the API answers:
+// the summary per scene, the chart's hourly bars, the top recipients, the
+// rules, and a recipient's "why didn't I get it?" lookup. It also checks
+// that the token is asked for, that markup in a recipient id stays text,
+// and that the page logs no error (a CSP violation would be one). The
+// screenshot is left in testdata/artifacts.
+func TestReportPageInBrowser(t *testing.T) {
+	chromium := requiredTool(t, "chromium", "GATE_TEST_CHROMIUM", "scripts/browser.sh", "/usr/bin/chromium", "/usr/bin/chromium-browser")
+	e := newEnv(t, stackReal, reportRules)
+	const token = "page-s3cret"
+	g := e.start(map[string]string{"GATE_API_TOKEN": token})
+	alice, _, evil := reportTraffic(t, e.client())
+
+	b := newBrowser(t, chromium)
+	// Without a token the API answers 401 and the page asks for one.
+	b.do(t, "load the page", chromedp.Navigate(g.base+"/"), chromedp.WaitVisible(chromedp.ID("auth")))
+	b.do(t, "give the page the token",
+		chromedp.SendKeys(chromedp.ID("token"), token),
+		chromedp.Click(chromedp.CSS(`#auth-form button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-loaded="true"]`)))
+	if hidden := eval(t, b, chromedp.Evaluate[bool](`document.getElementById('auth').hidden`)); !hidden {
+		t.Error("the token form is still shown after the token was accepted")
+	}
+
+	// The range the page chose, to ask the API the same questions.
+	since := eval(t, b, chromedp.AttributeValue(chromedp.ID("range-label"), "data-since")).Value
+	until := eval(t, b, chromedp.AttributeValue(chromedp.ID("range-label"), "data-until")).Value
+	rng := url.Values{"since": {since}, "until": {until}}
+	t.Logf("page range: %s to %s", since, until)
+
+	t.Run("summary table matches the API", func(t *testing.T) {
+		var api httpapi.Summary
+		g.api("/v1/reports/summary", rng, &api)
+		var dom map[string]map[string]int64
+		b.evalJSON(t, `(() => {
+			const out = {};
+			for (const tr of document.querySelectorAll('#summary-table tr[data-scene]')) {
+				const row = {};
+				for (const td of tr.querySelectorAll('td[data-value]')) row[td.dataset.field] = Number(td.dataset.value);
+				out[tr.dataset.scene] = row;
+			}
+			return out;
+		})()`, &dom)
+		want := map[string]gate.SceneSummary{"*": api.Total}
+		for _, s := range api.Scenes {
+			want[s.Scene] = s
+		}
+		if len(dom) != len(want) {
+			t.Errorf("page shows scenes %v, API has %d (with the total)", keysOf(dom), len(want))
+		}
+		for scene, s := range want {
+			exp := map[string]int64{"received": s.Received, "forwarded": s.Forwarded, "suppressed": s.Suppressed,
+				"dropped": s.Dropped, "invalid": s.Invalid, "shadow": s.ShadowSuppressed + s.ShadowDropped}
+			if got := dom[scene]; fmt.Sprint(got) != fmt.Sprint(exp) {
+				t.Errorf("scene %s: page shows %v, API says %v", scene, got, exp)
+			}
+		}
+		// This gate's database holds only this test's traffic.
+		tot := api.Total
+		if tot.Received != 19 || tot.Suppressed != 8 || tot.Dropped != 2 || tot.Invalid != 1 || tot.ShadowSuppressed != 1 {
+			t.Errorf("API total %+v: want 19 received, 8 suppressed, 2 dropped, 1 invalid, 1 shadow", tot)
+		}
+		rate := eval(t, b, chromedp.Text(chromedp.CSS(`#summary-total td[data-field="rate"]`)))
+		if want := fmt.Sprintf("%.1f%%", 100*float64(tot.Suppressed+tot.Dropped)/float64(tot.Received)); rate != want {
+			t.Errorf("total suppression rate: page shows %q, want %q", rate, want)
+		}
+	})
+
+	t.Run("chart bars add up to the timeseries", func(t *testing.T) {
+		var api httpapi.Timeseries
+		g.api("/v1/reports/timeseries", rng, &api)
+		var want [5]int64
+		for _, h := range api.Hours {
+			want = [5]int64{want[0] + h.Received, want[1] + h.Forwarded, want[2] + h.Suppressed, want[3] + h.Dropped, want[4] + h.Invalid}
+		}
+		var bars struct {
+			N    int      `json:"n"`
+			Sums [5]int64 `json:"sums"`
+			Step string   `json:"step"`
+		}
+		b.evalJSON(t, `(() => {
+			const bars = document.querySelectorAll('#chart g.bar');
+			const sums = [0, 0, 0, 0, 0];
+			const f = ['received', 'forwarded', 'suppressed', 'dropped', 'invalid'];
+			for (const b of bars) f.forEach((k, i) => { sums[i] += Number(b.dataset[k]); });
+			return {n: bars.length, sums, step: document.getElementById('chart').dataset.step};
+		})()`, &bars)
+		// 24 hours, plus the partial hour the range starts in unless it
+		// starts on the hour.
+		if bars.Sums != want || bars.N < 24 || bars.N > 25 || bars.Step != "hour" || want[0] != 19 {
+			t.Errorf("chart: %d %s bars adding up to %v; want 24 or 25 hourly bars adding up to the API's %v (19 received)", bars.N, bars.Step, bars.Sums, want)
+		}
+	})
+
+	t.Run("top recipients match the API, markup stays text", func(t *testing.T) {
+		var api httpapi.TopRecipients
+		g.api("/v1/reports/top-recipients", url.Values{"since": {since}, "until": {until}, "limit": {"10"}}, &api)
+		var dom []struct {
+			Recipient  string `json:"recipient"`
+			Text       string `json:"text"`
+			Suppressed int64  `json:"suppressed"`
+		}
+		b.evalJSON(t, `[...document.querySelectorAll('#top-body tr')].map(tr => ({
+			recipient: tr.dataset.recipient, text: tr.querySelector('button').textContent,
+			suppressed: Number(tr.querySelector('[data-field="suppressed"]').dataset.value)}))`, &dom)
+		if len(dom) != len(api.Recipients) {
+			t.Fatalf("page lists %d recipients, API %d", len(dom), len(api.Recipients))
+		}
+		for i, r := range api.Recipients {
+			if dom[i].Recipient != r.Recipient || dom[i].Text != r.Recipient || dom[i].Suppressed != r.Suppressed {
+				t.Errorf("top recipient %d: page %+v, API %+v", i, dom[i], r)
+			}
+		}
+		if len(dom) == 0 || dom[0].Recipient != "open_id:"+alice || dom[0].Suppressed != 5 {
+			t.Errorf("most suppressed: got %+v, want open_id:%s with 5", dom, alice)
+		}
+		var injected struct {
+			Imgs   int  `json:"imgs"`
+			Pwned  bool `json:"pwned"`
+			Listed bool `json:"listed"`
+		}
+		b.evalJSON(t, fmt.Sprintf(`({imgs: document.querySelectorAll('img').length, pwned: !!window.__pwned,
+			listed: [...document.querySelectorAll('#top-body button')].some(b => b.textContent === %q)})`, "open_id:"+evil), &injected)
+		if injected.Imgs != 0 || injected.Pwned || !injected.Listed {
+			t.Errorf("a recipient id holding markup: %+v; want it listed as text, no <img>, no script run", injected)
+		}
+	})
+
+	t.Run("rules in force", func(t *testing.T) {
+		var st gate.RuleStatus
+		g.api("/v1/rules", nil, &st)
+		version := eval(t, b, chromedp.Text(chromedp.ID("rules-version")))
+		loaded := eval(t, b, chromedp.AttributeValue(chromedp.ID("rules-loaded"), "data-time")).Value
+		var scenes []string
+		b.evalJSON(t, `[...document.querySelectorAll('#rules-body tr')].map(tr => tr.dataset.scene)`, &scenes)
+		loadedAt, err := time.Parse(time.RFC3339Nano, loaded)
+		if version != st.Version || err != nil || !loadedAt.Equal(st.LoadedAt) {
+			t.Errorf("page shows rules %q loaded %q; API says %q loaded %s", version, loaded, st.Version, st.LoadedAt)
+		}
+		if want := []string{"alert.disk_full", "digest.weekly", "job.retry_notice"}; !slices.Equal(scenes, want) {
+			t.Errorf("rules table lists %v, want %v", scenes, want)
+		}
+	})
+
+	t.Run("why didn't I get it", func(t *testing.T) {
+		recipient := "open_id:" + alice
+		b.do(t, "look up "+recipient,
+			chromedp.SetValue(chromedp.ID("lookup-recipient"), recipient),
+			chromedp.Click(chromedp.CSS(`#lookup-form button[type="submit"]`)),
+			chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#lookup-summary[data-recipient=%q]`, recipient))))
+		summary := eval(t, b, chromedp.Text(chromedp.ID("lookup-summary")))
+		want := g.suppressions(url.Values{"recipient": {recipient}, "since": {since}, "until": {until}})
+		type row struct {
+			ID, Scene, Limit, Count, Next, Version string
+		}
+		var dom []row
+		b.evalJSON(t, `[...document.querySelectorAll('#lookup-body tr')].map(tr => {
+			const f = (n) => tr.querySelector('[data-field="' + n + '"]');
+			return {ID: tr.dataset.messageId, Scene: f('scene').textContent, Limit: f('limit').textContent,
+				Count: f('count_seen').dataset.value, Next: f('next_allowed_at').dataset.time || '',
+				Version: f('rules_version').textContent};
+		})`, &dom)
+		if len(dom) != 5 || len(want) != 5 {
+			t.Fatalf("lookup of %s: page lists %d rows, API %d; want 5 (6 sent, 1 per hour)", recipient, len(dom), len(want))
+		}
+		for i, s := range want {
+			got := dom[i]
+			gotNext, err := time.Parse(time.RFC3339Nano, got.Next)
+			if got.ID != s.MessageID || got.Scene != s.Scene || got.Count != fmt.Sprint(s.CountSeen) ||
+				got.Version != s.RulesVersion || err != nil || !gotNext.Equal(s.NextAllowedAt) {
+				t.Errorf("lookup row %d: page %+v, API %+v", i, got, s)
+			}
+			if wantLimit := fmt.Sprintf("%d per %s in this scene", s.LimitMax, gate.FormatDuration(time.Duration(s.LimitWindow))); got.Limit != wantLimit {
+				t.Errorf("lookup row %d: limit shown %q, want %q", i, got.Limit, wantLimit)
+			}
+		}
+		if !strings.Contains(summary, "5 messages were held back for "+recipient) || !strings.Contains(summary, "reopens") {
+			t.Errorf("lookup summary %q: want it to say 5 were held back and when the limit reopens", summary)
+		}
+	})
+
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		t.Errorf("the page wrote errors to the console (a CSP violation is one):\n%s", strings.Join(errs, "\n"))
+	}
+	png := eval(t, b, chromedp.FullScreenshot(100))
+	path := filepath.Join(artifactsDir(t), "report-page.png")
+	if err := os.WriteFile(path, png, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot of the report page: %s", path)
+}
+
+func keysOf[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
