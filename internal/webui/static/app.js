@@ -119,7 +119,8 @@
 
   function summaryRow(s, tag) {
     const tr = el('tr', null, { 'data-scene': s.scene });
-    tr.appendChild(el(tag, s.scene === '*' ? 'all scenes' : s.scene, { class: 'text', scope: 'row' }));
+    const name = s.scene === '*' ? 'all scenes' : (s.scene || '(no scene: invalid messages)');
+    tr.appendChild(el(tag, name, { class: s.scene ? 'text' : 'text muted', scope: 'row' }));
     for (const f of FIELDS) tr.appendChild(el('td', num(s[f]), { 'data-field': f, 'data-value': s[f] || 0 }));
     const shadow = (s.shadow_suppressed || 0) + (s.shadow_dropped || 0);
     tr.appendChild(el('td', num(shadow), { 'data-field': 'shadow', 'data-value': shadow }));
@@ -139,7 +140,7 @@
     const pick = $('chart-scene');
     const chosen = pick.value;
     pick.replaceChildren(el('option', 'all scenes', { value: '' }),
-      ...data.scenes.map((s) => el('option', s.scene, { value: s.scene })));
+      ...data.scenes.filter((s) => s.scene).map((s) => el('option', s.scene, { value: s.scene })));
     pick.value = data.scenes.some((s) => s.scene === chosen) ? chosen : '';
   }
 
