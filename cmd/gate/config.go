@@ -42,6 +42,7 @@ type config struct {
 	StoreTimeout     time.Duration
 	AckWait          time.Duration
 	MaxAckPending    int
+	MaxDeliver       int
 	RetryMax         time.Duration
 	RedactPayload    bool
 	LedgerRetention  time.Duration
@@ -120,6 +121,14 @@ func settings(c *config) []setting {
 		{"store-timeout", "GATE_STORE_TIMEOUT", "200ms", "longest wait for the window store on one batch", false, dur(&c.StoreTimeout)},
 		{"ack-wait", "GATE_ACK_WAIT", "30s", "JetStream AckWait of the gate consumer", false, dur(&c.AckWait)},
 		{"max-ack-pending", "GATE_MAX_ACK_PENDING", "1000", "JetStream MaxAckPending of the gate consumer", false, num(&c.MaxAckPending)},
+		{"max-deliver", "GATE_MAX_DELIVER", "-1", "most deliveries of one message; one that exhausts them is parked on the dead-letter subject (-1: retry without limit)", false, func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || (n < 1 && n != -1) {
+				return fmt.Errorf("want -1 (no limit) or a whole number from 1, got %q", v)
+			}
+			c.MaxDeliver = n
+			return nil
+		}},
 		{"retry-max", "GATE_RETRY_MAX", "30s", "longest delay before a message that met a transient failure is retried", false, dur(&c.RetryMax)},
 		{"redact-payload", "GATE_REDACT_PAYLOAD", "false", "leave the payload out of suppression rows", false, boolean(&c.RedactPayload)},
 		{"ledger-retention", "GATE_LEDGER_RETENTION", "168h", "how long decided message ids are remembered for de-duplication", false, dur(&c.LedgerRetention)},

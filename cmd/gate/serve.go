@@ -88,7 +88,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	}
 	bus, err := natsbus.New(ctx, nc, natsbus.Options{
 		InSubject: c.InSubject, OutSubject: c.OutSubject, DeadSubject: c.DeadSubject,
-		AckWait: c.AckWait, MaxAckPending: c.MaxAckPending,
+		AckWait: c.AckWait, MaxAckPending: c.MaxAckPending, MaxDeliver: c.MaxDeliver,
 		MaxMsgBytes: int32(min(max(2*c.MaxMessageBytes, 1<<20), 64<<20)),
 	}, log)
 	if err != nil {
@@ -140,6 +140,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 			httpErr <- err
 		}
 	})
+	if c.MaxDeliver > 0 {
+		// With a delivery limit, what exhausts it is parked, not left
+		// behind in GATE_IN.
+		wg.Go(func() {
+			if err := bus.ParkExhausted(consumeCtx, natsbus.ParkOptions{Metrics: m}); err != nil {
+				log.Error("parking of exhausted messages stopped", "err", err)
+			}
+		})
+	}
 	wg.Go(func() { pruneLoop(consumeCtx, audit, c.AuditRetention, log) })
 
 	var runErr error

@@ -20,6 +20,7 @@ type Metrics struct {
 	Invalid         *prometheus.CounterVec // scene
 	Unchecked       *prometheus.CounterVec // scene: forwarded without a window check (fail open)
 	Redeliveries    prometheus.Counter     // messages retried after a transient failure
+	Parked          prometheus.Counter     // messages parked on the dead letter after exhausting MaxDeliver
 	ConsumerPending prometheus.Gauge       // messages in GATE_IN not yet delivered to the consumer
 	ConsumerAckPend prometheus.Gauge       // delivered, not yet acked
 	RulesReloads    *prometheus.CounterVec // source
@@ -57,6 +58,9 @@ func New(reg *prometheus.Registry) *Metrics {
 		Redeliveries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gate_retries_total", Help: "Messages handed back to JetStream for a delayed retry after a transient failure.",
 		}),
+		Parked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gate_parked_messages_total", Help: "Messages parked on the dead-letter subject because they exhausted GATE_MAX_DELIVER deliveries.",
+		}),
 		ConsumerPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gate_consumer_pending_messages", Help: "Consumer lag: messages in GATE_IN not yet delivered to the gate consumer.",
 		}),
@@ -80,7 +84,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		}, []string{"route", "code"}),
 	}
 	reg.MustRegister(m.Decisions, m.DecisionLatency, m.BatchSize, m.StoreErrors, m.Invalid, m.Unchecked,
-		m.Redeliveries, m.ConsumerPending, m.ConsumerAckPend, m.RulesReloads, m.RulesReloadErrs,
+		m.Redeliveries, m.Parked, m.ConsumerPending, m.ConsumerAckPend, m.RulesReloads, m.RulesReloadErrs,
 		m.RulesInfo, m.DependencyUp, m.HTTPRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

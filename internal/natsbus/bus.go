@@ -52,6 +52,11 @@ type Options struct {
 
 	AckWait       time.Duration // 30s; must exceed the worst decision time
 	MaxAckPending int           // 1000
+	// MaxDeliver bounds the deliveries of one message; one that exhausts
+	// them is parked on the dead letter by ParkExhausted. 0 or -1 means
+	// unlimited: a message is retried for as long as its dependencies are
+	// down.
+	MaxDeliver int
 }
 
 func (o *Options) setDefaults() {
@@ -78,6 +83,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxAckPending <= 0 {
 		o.MaxAckPending = 1000
+	}
+	if o.MaxDeliver <= 0 {
+		o.MaxDeliver = -1
 	}
 }
 

@@ -35,9 +35,11 @@ func (b *Bus) EnsureConsumer(ctx context.Context) (jetstream.Consumer, error) {
 		AckWait:       b.opts.AckWait,
 		MaxAckPending: b.opts.MaxAckPending,
 		FilterSubject: b.opts.InSubject,
-		// Transient failures are retried by NakWithDelay without limit:
-		// a message is never given up while its dependencies are down.
-		MaxDeliver: -1,
+		// Transient failures are retried by NakWithDelay; by default
+		// without limit, so a message is never given up while its
+		// dependencies are down. With a limit, ParkExhausted parks what
+		// exhausts it.
+		MaxDeliver: b.opts.MaxDeliver,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s on %s: %w", ConsumerName, StreamIn, err)
