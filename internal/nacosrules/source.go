@@ -197,6 +197,12 @@ func (s *Source) resync(ctx context.Context, live *rules.Live, changed <-chan st
 	retry := time.NewTimer(0)
 	<-retry.C
 	delay := debounce
+	// The SDK registers the listener with the server only on its first
+	// 5-second cycle; until then no change is pushed. Re-reading every
+	// second meanwhile closes that gap.
+	warm := time.NewTicker(time.Second)
+	defer warm.Stop()
+	warmUntil := time.Now().Add(6 * time.Second)
 	for {
 		select {
 		case <-ctx.Done():
@@ -204,6 +210,10 @@ func (s *Source) resync(ctx context.Context, live *rules.Live, changed <-chan st
 		case <-changed:
 			retry.Reset(debounce) // let a burst of edits settle first
 			continue
+		case now := <-warm.C:
+			if now.After(warmUntil) {
+				warm.Stop()
+			}
 		case <-tick.C:
 		case <-retry.C:
 		}
