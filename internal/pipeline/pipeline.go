@@ -124,7 +124,9 @@ func (p *Pipeline) Handle(ctx context.Context, batch []gate.Delivery) []error {
 }
 
 // decide asks the window store about every message that needs it, in one
-// call, and resolves each outcome.
+// call, and resolves each outcome. When the store fails, the messages that
+// need no window (unknown scenes) are still decided: they must not wait for
+// a store they never use.
 func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item) error {
 	var reqs []gate.AdmitRequest
 	var idx []int
@@ -140,28 +142,30 @@ func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item
 		}
 	}
 	results := make([]gate.AdmitResult, len(items))
+	var storeErr error
 	if len(reqs) > 0 {
 		res, err := p.o.Store.Admit(ctx, reqs)
+		if err == nil && len(res) != len(reqs) {
+			err = fmt.Errorf("admit: %w: store answered %d of %d requests", gate.ErrUnavailable, len(res), len(reqs))
+		}
 		if err != nil {
-			return err
-		}
-		if len(res) != len(reqs) {
-			return fmt.Errorf("admit: %w: store answered %d of %d requests", gate.ErrUnavailable, len(res), len(reqs))
-		}
-		for k, i := range idx {
-			results[i] = res[k]
+			storeErr = err
+		} else {
+			for k, i := range idx {
+				results[i] = res[k]
+			}
 		}
 	}
 	now := p.o.Now()
 	for i := range items {
 		it := &items[i]
-		if it.invalid != nil || it.twin >= 0 || it.known {
+		if it.invalid != nil || it.twin >= 0 || it.known || (storeErr != nil && it.plan.Request != nil) {
 			continue
 		}
 		it.dec = gate.Resolve(rules, it.plan, results[i], now)
 		it.decided = true
 	}
-	return nil
+	return storeErr
 }
 
 // storeDown handles a window store that could not answer: messages of
@@ -172,7 +176,7 @@ func (p *Pipeline) storeDown(items []item, err error) {
 	now := p.o.Now()
 	for i := range items {
 		it := &items[i]
-		if it.invalid != nil || it.twin >= 0 || it.known {
+		if it.invalid != nil || it.twin >= 0 || it.known || it.decided {
 			continue
 		}
 		if d, ok := gate.FailOpen(it.plan, now); ok {
