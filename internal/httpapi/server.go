@@ -256,6 +256,7 @@ func Total(scenes []gate.SceneSummary) gate.SceneSummary {
 		t.Invalid += s.Invalid
 		t.ShadowSuppressed += s.ShadowSuppressed
 		t.ShadowDropped += s.ShadowDropped
+		t.ForwardedUnchecked += s.ForwardedUnchecked
 	}
 	return t
 }
