@@ -1,0 +1,213 @@
+package faulttest
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// redisModel has one scene that holds its messages while the window store
+// is down (on_store_error: retry, the default) and one that fails open.
+var redisModel = model{Scenes: []sceneSpec{
+	{Name: "f.hold", Limits: []limit{{"1h", 2}}},
+	{Name: "f.open", Limits: []limit{{"1h", 2}}, FailOpen: true},
+}}
+
+var redisMix = []string{"f.hold", "f.hold", "f.hold", "f.hold", "f.open", "f.open", "f.open", "f.open", "f.unknown", "f.unknown"}
+
+// startToxiproxy runs a toxiproxy proxy in the test process in front of
+// upstream and returns it; proxy.Listen is where clients connect.
+func startToxiproxy(t testing.TB, upstream string) *toxiproxy.Proxy {
+	t.Helper()
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	p := toxiproxy.NewProxy(srv, "redis", "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		t.Fatalf("toxiproxy: %v", err)
+	}
+	t.Cleanup(p.Stop)
+	return p
+}
+
+// count is how many of msgs are of scene.
+func count(msgs []message, scene string) int {
+	n := 0
+	for _, m := range msgs {
+		if m.Scene == scene {
+			n++
+		}
+	}
+	return n
+}
+
+// outage is what a scenario saw while a dependency was down.
+type outage struct {
+	s *stack
+	g *gateProc
+}
+
+// readyzDown checks that /readyz answers, within a bound, that dep is down.
+// A hung dependency must not hang the readiness probe.
+func (o outage) readyzDown(dep string) {
+	o.s.t.Helper()
+	t0 := time.Now()
+	code, body, err := o.g.get("/readyz")
+	took := time.Since(t0)
+	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(string(body), dep) {
+		o.s.t.Errorf("/readyz during the outage: %d %s %v; want 503 naming %s", code, body, err, dep)
+	}
+	if took > 3*time.Second {
+		o.s.t.Errorf("/readyz took %s during the outage; it must answer within its 2s check bound", took)
+	}
+}
+
+// holds checks that, for a while, GATE_IN keeps at least want messages:
+// nothing held back is acked without its effect.
+func (o outage) holds(want uint64, d time.Duration) {
+	o.s.t.Helper()
+	ctx := context.Background()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		n, err := o.s.bus.inFlight(ctx)
+		if err == nil && n < want {
+			o.s.t.Fatalf("GATE_IN holds %d messages during the outage, want at least %d: a message was acked without its effect", n, want)
+		}
+	}
+}
+
+// TestRedisCutHangAndRestart runs a gate on a Redis behind toxiproxy and,
+// with traffic flowing, cuts every connection, then hangs them (answers
+// dropped on the floor), then kills redis-server with SIGKILL and restarts
+// it (which empties its script cache: NOSCRIPT). Throughout, messages of
+// the retry scene wait in GATE_IN, those of the fail-open scene are
+// forwarded unchecked and said to be, /readyz answers within its bound,
+// and the gate keeps settling (naking) messages instead of waiting on
+// Redis. After each fault every message is decided, exactly once.
+func TestRedisCutHangAndRestart(t *testing.T) {
+	sc := scaleFor(t, 8000, 400, 0)
+	rng := sc.rng()
+	rs := startRedis(t)
+	proxy := startToxiproxy(t, rs.addr)
+	// The default AckWait (30s): were a decision to wait on a dead or hung
+	// Redis instead of GATE_STORE_TIMEOUT, nothing would be naked for 15s.
+	s := newStack(t, stackOptions{RedisURL: "redis://" + proxy.Listen + "/0", Rules: redisModel,
+		Env: map[string]string{"GATE_ACK_WAIT": "30s"}})
+	g := s.startGate(nil)
+	msgs := workload(rng, sc.Messages, sc.Recipients, redisMix, 0)
+	waves := make([][]message, 4)
+	for i := range waves {
+		waves[i] = msgs[i*len(msgs)/4 : (i+1)*len(msgs)/4]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var tm timing
+	send := func(wave []message) {
+		t.Helper()
+		if err := s.bus.publish(ctx, wave, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unchecked := func() float64 { return g.metric("gate_unchecked_forwards_total") }
+	retries := func() float64 { return g.metric("gate_retries_total") }
+	unknown := func() float64 { return g.metric("gate_decisions_total", `scene="f.unknown"`) }
+
+	send(waves[0])
+	s.awaitDrained(time.Minute)
+
+	// Cut: every connection closed, new ones refused.
+	proxy.Stop()
+	o := outage{s: s, g: g}
+	openBefore, unknownBefore := unchecked(), unknown()
+	send(waves[1])
+	held := uint64(count(waves[1], "f.hold"))
+	// The fail-open scene is forwarded unchecked, and a scene without a
+	// rule, which needs no window, is decided as usual. (The held messages
+	// stay in flight: a backlog over GATE_MAX_ACK_PENDING would hold the
+	// others behind it. The waves are smaller than that.)
+	waitUntil(t, 30*time.Second, "fail-open and unknown scenes decided during the cut", func() bool {
+		return unchecked()-openBefore >= float64(count(waves[1], "f.open")) &&
+			unknown()-unknownBefore >= float64(count(waves[1], "f.unknown"))
+	})
+	o.readyzDown("window_store")
+	o.holds(held, 2*time.Second)
+	if err := proxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tm.add("cut: drained after reconnect in", s.awaitDrained(2*time.Minute))
+
+	// Hang: connections stay open, Redis's answers are dropped. Requests
+	// still reach Redis, so some admissions are recorded whose answer the
+	// gate never sees: the retry must find them (Duplicate), not count
+	// them twice.
+	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name":"hang","type":"timeout","stream":"downstream","attributes":{"timeout":0}}`)); err != nil {
+		t.Fatal(err)
+	}
+	o = outage{s: s, g: g}
+	openBefore, retriesBefore := unchecked(), retries()
+	send(waves[2])
+	held = uint64(count(waves[2], "f.hold"))
+	// Settling, not waiting: every held message is naked (at least once)
+	// and every fail-open one forwarded long before AckWait/2 (15s).
+	settled := waitUntil(t, 12*time.Second, "the gate settles messages while Redis hangs", func() bool {
+		return retries()-retriesBefore >= float64(held) && unchecked()-openBefore >= float64(count(waves[2], "f.open"))
+	})
+	o.readyzDown("window_store")
+	o.holds(held, time.Second)
+	if err := proxy.Toxics.RemoveToxic(context.Background(), "hang"); err != nil {
+		t.Fatal(err)
+	}
+	tm.add("hang: every message settled (naked or forwarded) in", settled)
+	tm.add("hang: drained after the hang ended in", s.awaitDrained(2*time.Minute))
+
+	// Crash: SIGKILL redis-server, then start it again on its AOF.
+	rs.kill()
+	o = outage{s: s, g: g}
+	send(waves[3])
+	held = uint64(count(waves[3], "f.hold"))
+	waitUntil(t, 30*time.Second, "fail-open scene forwarded unchecked while redis is down", func() bool {
+		return unchecked()-openBefore >= float64(count(waves[2], "f.open")+count(waves[3], "f.open"))
+	})
+	o.readyzDown("window_store")
+	o.holds(held, time.Second)
+	rs.start()
+	t0 := time.Now()
+	s.awaitDrained(2 * time.Minute)
+	tm.add("kill -9 redis: drained after restart in", time.Since(t0))
+	// The restarted server had no scripts: the gate met NOSCRIPT and
+	// loaded its script again.
+	if n := infoField(t, rs.client(), "errorstats", "errorstat_NOSCRIPT"); !strings.HasPrefix(n, "count=") {
+		t.Errorf("the restarted redis-server answered no NOSCRIPT (errorstat_NOSCRIPT %q)", n)
+	}
+	if n := infoField(t, rs.client(), "memory", "number_of_cached_scripts"); n != "1" {
+		t.Errorf("number_of_cached_scripts = %q after recovery, want 1", n)
+	}
+
+	r := s.check(msgs, redisModel, g)
+	if got := int(unchecked()); got != r.Unchecked {
+		t.Errorf("gate_unchecked_forwards_total = %d, want %d (the Gate-Unchecked forwards on GATE_OUT)", got, r.Unchecked)
+	}
+	if r.Unchecked == 0 || g.metric("gate_store_errors_total", `store="window"`) == 0 {
+		t.Error("the outages left no trace in the unchecked-forward or store-error metrics")
+	}
+	report(t, "redis cut, hang, kill -9", r, tm)
+}
+
+// infoField reads one field of a section of redis-server's INFO, or "".
+func infoField(t testing.TB, c *redis.Client, section, field string) string {
+	t.Helper()
+	info, err := c.Info(context.Background(), section).Result()
+	if err != nil {
+		t.Fatalf("INFO %s: %v", section, err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
