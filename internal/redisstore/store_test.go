@@ -16,7 +16,7 @@ import (
 )
 
 // newClient returns a client of the test Redis, closed when t ends.
-func newClient(t *testing.T) *redis.Client {
+func newClient(t testing.TB) *redis.Client {
 	t.Helper()
 	opts, err := redis.ParseURL(testenv.RedisURL(t))
 	if err != nil {
@@ -30,7 +30,7 @@ func newClient(t *testing.T) *redis.Client {
 
 // newStore returns a Store over client with a generous timeout: the tests
 // share two cores with -race.
-func newStore(t *testing.T, client redis.UniversalClient, prefix string) *Store {
+func newStore(t testing.TB, client redis.UniversalClient, prefix string) *Store {
 	t.Helper()
 	s, err := New(client, Options{KeyPrefix: prefix, Timeout: time.Second})
 	if err != nil {
@@ -41,7 +41,7 @@ func newStore(t *testing.T, client redis.UniversalClient, prefix string) *Store 
 
 // newPrefix returns a key prefix of this test alone, and deletes its keys
 // when t ends.
-func newPrefix(t *testing.T, raw *redis.Client) string {
+func newPrefix(t testing.TB, raw *redis.Client) string {
 	t.Helper()
 	prefix := testenv.Unique("gatetest")
 	t.Cleanup(func() {
@@ -53,7 +53,7 @@ func newPrefix(t *testing.T, raw *redis.Client) string {
 	return prefix
 }
 
-func scanKeys(t *testing.T, raw *redis.Client, match string) []string {
+func scanKeys(t testing.TB, raw *redis.Client, match string) []string {
 	t.Helper()
 	var keys []string
 	iter := raw.Scan(context.Background(), 0, match, 1000).Iterator()
