@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -23,8 +24,8 @@ func TestBuildCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []call{
-		{keys: []string{"p:{open_id:x}:s:s", "p:{open_id:x}:c"}, args: []any{"a", 1, 2, 1, int64(3600000), 1, int64(2), 3, int64(86400000), 20}},
-		{keys: []string{"p:{open_id:y}:s:t", "p:{open_id:y}:c"}, args: []any{"b", 0, 0, 0}},
+		{keys: []string{"p:{open_id:x}:s:s", "p:{open_id:x}:c"}, args: []any{member("a"), 1, 2, 1, int64(3600000), 1, int64(2), 3, int64(86400000), 20}},
+		{keys: []string{"p:{open_id:y}:s:t", "p:{open_id:y}:c"}, args: []any{member("b"), 0, 0, 0}},
 	}
 	for i := range want {
 		if got := calls[i]; !equalCall(got, want[i]) {
@@ -76,5 +77,25 @@ func BenchmarkBuildCalls(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// Members are short and fixed-length whatever the id, and distinct ids get
+// distinct members.
+func TestMember(t *testing.T) {
+	seen := map[string]string{}
+	for i := range 100_000 {
+		id := "7f1c4d8e-2b3a-4c5d-9e8f-" + strconv.Itoa(i)
+		m := member(id)
+		if len(m) != memberBytes {
+			t.Fatalf("member(%q) is %d bytes, want %d", id, len(m), memberBytes)
+		}
+		if other, ok := seen[m]; ok {
+			t.Fatalf("ids %q and %q share a member", other, id)
+		}
+		seen[m] = id
+	}
+	if member("a") != member("a") || member("a") == member("b") {
+		t.Fatal("member is not a function of the id")
 	}
 }

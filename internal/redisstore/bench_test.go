@@ -19,9 +19,8 @@ import (
 // (INFO cpu), which other load on the machine disturbs less.
 //
 //   - fresh: every call is a new recipient, admitted (the most writes);
-//   - held: every call meets a full scene window, rejected (reads only);
 //   - steady: the scene's steady state at one message per recipient per
-//     hour: 3 members in the day, every call rejected by the hour limit.
+//     hour: 3 members in the day, every call rejected (reads only).
 func BenchmarkAdmit(b *testing.B) {
 	raw := newClient(b)
 	s := newStore(b, raw, newPrefix(b, raw))

@@ -12,10 +12,13 @@
 //	<prefix>:{<recipient>}:s:<scene>   sorted set: the scene window
 //	<prefix>:{<recipient>}:c           sorted set: the recipient cap window
 //
-// Members are message ids, scores the admission time in Unix milliseconds. A
-// '}' or '%' in a recipient is percent-escaped so that no two recipients share
-// a key. A set holds at most the largest Max of its limits and expires one
-// second after its longest window.
+// Members are the first 7 bytes of the SHA-256 of message ids (short members
+// keep a (recipient, scene) of {1/h, 3/day} under 250 bytes; see member),
+// scores the admission time in Unix milliseconds. A '}' or '%' in a recipient
+// is percent-escaped so that no two recipients share a key. A set holds at
+// most the largest Max of its limits and expires one second after its longest
+// window; members older than every window are not removed one by one but
+// pushed out by newer ones or dropped with the key, and never counted.
 //
 // It imports the standard library, internal/gate and go-redis only; it never
 // imports another adapter.

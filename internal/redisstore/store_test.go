@@ -282,7 +282,7 @@ func TestMemoryPerWindow(t *testing.T) {
 	if card := raw.ZCard(ctx, key).Val(); card != 3 {
 		t.Fatalf("ZCARD = %d, want 3", card)
 	}
-	t.Logf("MEMORY USAGE %s = %d bytes (3 members, 36-byte ids)", key, n)
+	t.Logf("MEMORY USAGE %s = %d bytes (3 members: ids of 36 bytes, kept as hashes of %d)", key, n, memberBytes)
 	if n > 512 {
 		t.Errorf("window takes %d bytes, want a small listpack (under 512)", n)
 	}
