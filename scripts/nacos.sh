@@ -40,29 +40,63 @@ fi
 # The tests also start r-nacos servers of their own (to stop and restart
 # them), so the binary is needed even when a server already answers.
 echo "GATE_TEST_RNACOS_BIN=$bin"
+run_dir="$STATE_DIR/rnacos-run-$PORT"
+
+launch() {
+  rm -rf "$run_dir"
+  mkdir -p "$run_dir/data" # an empty working directory: r-nacos reads .env from it
+  (
+    cd "$run_dir"
+    RNACOS_HTTP_PORT=$PORT RNACOS_GRPC_PORT=$((PORT + 1000)) RNACOS_HTTP_CONSOLE_PORT=0 \
+    RNACOS_SDK_HOST=127.0.0.1 RNACOS_CONSOLE_HOST=127.0.0.1 \
+    RNACOS_RAFT_NODE_ADDR=127.0.0.1:$((PORT + 1000)) RNACOS_DATA_DIR="$run_dir/data" \
+    RNACOS_ENABLE_OPEN_API_AUTH=false RUST_LOG=warn \
+      nohup "$bin" >"$run_dir/rnacos.log" 2>&1 &
+    echo $! >"$run_dir/rnacos.pid"
+  )
+}
+
+# r-nacos 0.8.8 at times panics in its raft apply thread at start; it then
+# answers but never stores a config. A canary config tells, and it is
+# started again with a fresh data folder.
+canary() {
+  local want
+  want="canary-$(date +%s%N)"
+  curl -fs -o /dev/null -m 2 -X POST "http://127.0.0.1:$PORT/nacos/v1/cs/configs" \
+    --data-urlencode dataId=gate-canary --data-urlencode group=GATE --data-urlencode content="$want" || return 1
+  for _ in $(seq 60); do
+    [ "$(curl -fs -m 2 "http://127.0.0.1:$PORT/nacos/v1/cs/configs?dataId=gate-canary&group=GATE")" = "$want" ] && return 0
+    grep -q panicked "$run_dir/rnacos.log" && return 1
+    sleep 0.05
+  done
+  return 1
+}
+
 if ready; then
-  log "a Nacos server already answers on 127.0.0.1:$PORT"
-  echo "GATE_TEST_NACOS_ADDR=127.0.0.1:$PORT"
-  exit 0
+  if canary; then
+    log "a Nacos server already answers on 127.0.0.1:$PORT"
+    echo "GATE_TEST_NACOS_ADDR=127.0.0.1:$PORT"
+    exit 0
+  fi
+  [ -f "$run_dir/rnacos.pid" ] || die "the Nacos server on 127.0.0.1:$PORT answers but does not store configs; stop it or set GATE_TEST_NACOS_PORT"
+  log "our r-nacos on 127.0.0.1:$PORT does not store configs; starting it again"
+  kill "$(cat "$run_dir/rnacos.pid")" 2>/dev/null || true
+  sleep 1
 fi
 
-run_dir="$STATE_DIR/rnacos-run-$PORT"
-rm -rf "$run_dir"
-mkdir -p "$run_dir/data" # an empty working directory: r-nacos reads .env from it
-log "starting $bin on 127.0.0.1:$PORT (gRPC $((PORT + 1000)))"
-(
-  cd "$run_dir"
-  RNACOS_HTTP_PORT=$PORT RNACOS_GRPC_PORT=$((PORT + 1000)) RNACOS_HTTP_CONSOLE_PORT=0 \
-  RNACOS_SDK_HOST=127.0.0.1 RNACOS_CONSOLE_HOST=127.0.0.1 \
-  RNACOS_RAFT_NODE_ADDR=127.0.0.1:$((PORT + 1000)) RNACOS_DATA_DIR="$run_dir/data" \
-  RNACOS_ENABLE_OPEN_API_AUTH=false RUST_LOG=warn \
-    nohup "$bin" >"$run_dir/rnacos.log" 2>&1 &
-  echo $! >"$run_dir/rnacos.pid"
-)
-for _ in $(seq 120); do
-  ready && break
+for attempt in $(seq 8); do
+  log "starting $bin on 127.0.0.1:$PORT (gRPC $((PORT + 1000))), attempt $attempt"
+  launch
+  for _ in $(seq 120); do
+    ready && break
+    sleep 0.5
+  done
+  if ready && canary; then
+    log "nacos ready on 127.0.0.1:$PORT"
+    echo "GATE_TEST_NACOS_ADDR=127.0.0.1:$PORT"
+    exit 0
+  fi
+  kill "$(cat "$run_dir/rnacos.pid")" 2>/dev/null || true
   sleep 0.5
 done
-ready || die "r-nacos did not become ready on 127.0.0.1:$PORT within 60s, see $run_dir/rnacos.log"
-log "nacos ready on 127.0.0.1:$PORT"
-echo "GATE_TEST_NACOS_ADDR=127.0.0.1:$PORT"
+die "r-nacos did not start and store configs on 127.0.0.1:$PORT after 8 attempts, see $run_dir/rnacos.log"

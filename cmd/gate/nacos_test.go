@@ -40,6 +40,9 @@ type nacosServer struct {
 	cmd  *exec.Cmd
 	dir  string
 	port int
+	// started is set once the server has run: a restart keeps its data.
+	started bool
+	logMark int // length of rnacos.log before the current launch
 }
 
 // sharedNacos is the Nacos server make test started.
@@ -88,7 +91,53 @@ func freePortPair(t testing.TB) int {
 	return 0
 }
 
+// start runs r-nacos and waits until it serves configs. r-nacos 0.8.8 at
+// times panics in its raft apply thread when written to right after start
+// (it then answers "true" to a publish but never stores it), so start checks
+// with a canary config and starts it again when the canary is not stored.
 func (n *nacosServer) start() {
+	n.t.Helper()
+	fresh := n.cmd == nil && !n.started
+	n.started = true
+	for attempt := 1; ; attempt++ {
+		n.launch()
+		if n.canary() {
+			return
+		}
+		n.stop()
+		if fresh {
+			// A first start that failed left a half-made raft store behind.
+			_ = os.RemoveAll(filepath.Join(n.dir, "data"))
+		}
+		if attempt == 8 {
+			b, _ := os.ReadFile(filepath.Join(n.dir, "rnacos.log"))
+			n.t.Fatalf("r-nacos on %s does not store configs after 8 starts; log:\n%s", n.addr, b)
+		}
+		n.t.Logf("r-nacos on %s did not store the canary (start %d); starting it again", n.addr, attempt)
+	}
+}
+
+// canary publishes a config and reports whether it can be read back.
+func (n *nacosServer) canary() bool {
+	want := time.Now().Format(time.RFC3339Nano)
+	form := url.Values{"dataId": {"gate-canary"}, "group": {"GATE"}, "content": {want}}
+	resp, err := http.PostForm("http://"+n.addr+"/nacos/v1/cs/configs", form)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if n.get("gate-canary") == want {
+			return true
+		}
+		if b, _ := os.ReadFile(filepath.Join(n.dir, "rnacos.log")); strings.Contains(string(b[n.logMark:]), "panicked") {
+			return false
+		}
+	}
+	return false
+}
+
+func (n *nacosServer) launch() {
 	n.t.Helper()
 	cmd := exec.Command(os.Getenv("GATE_TEST_RNACOS_BIN"))
 	cmd.Dir = n.dir // r-nacos reads .env from its working directory: an empty one
@@ -97,7 +146,10 @@ func (n *nacosServer) start() {
 		"RNACOS_HTTP_CONSOLE_PORT=0", "RNACOS_SDK_HOST=127.0.0.1", "RNACOS_CONSOLE_HOST=127.0.0.1",
 		"RNACOS_RAFT_NODE_ADDR=127.0.0.1:"+strconv.Itoa(n.port+1000),
 		"RNACOS_DATA_DIR="+filepath.Join(n.dir, "data"), "RNACOS_ENABLE_OPEN_API_AUTH=false", "RUST_LOG=warn")
-	logf, err := os.Create(filepath.Join(n.dir, "rnacos.log"))
+	if fi, err := os.Stat(filepath.Join(n.dir, "rnacos.log")); err == nil {
+		n.logMark = int(fi.Size())
+	}
+	logf, err := os.OpenFile(filepath.Join(n.dir, "rnacos.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -142,7 +194,18 @@ func (n *nacosServer) publish(dataID, content string) {
 	}
 	// A server that has just started may answer "true" before the config
 	// is readable; wait until it is, as a person would see it in the console.
-	waitFor(n.t, 10*time.Second, func() bool { return n.get(dataID) == content })
+	deadline := time.Now().Add(10 * time.Second)
+	for got := n.get(dataID); got != content; got = n.get(dataID) {
+		if time.Now().After(deadline) {
+			logs := ""
+			if n.dir != "" {
+				b, _ := os.ReadFile(filepath.Join(n.dir, "rnacos.log"))
+				logs = string(b)
+			}
+			n.t.Fatalf("nacos at %s still serves %q for %s 10s after publishing it\nr-nacos log:\n%s", n.addr, got, dataID, logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // get reads a config through the v1 HTTP API ("" when missing).
