@@ -66,7 +66,7 @@ canary() {
     --data-urlencode dataId=gate-canary --data-urlencode group=GATE --data-urlencode content="$want" || return 1
   for _ in $(seq 60); do
     [ "$(curl -fs -m 2 "http://127.0.0.1:$PORT/nacos/v1/cs/configs?dataId=gate-canary&group=GATE")" = "$want" ] && return 0
-    grep -q panicked "$run_dir/rnacos.log" && return 1
+    grep -qs panicked "$run_dir/rnacos.log" && return 1
     sleep 0.05
   done
   return 1
