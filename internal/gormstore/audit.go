@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/migrations"
 )
 
 const (
@@ -25,8 +26,12 @@ const (
 )
 
 // Decided reports which of keys were committed before: a key is in the map,
-// as true, only if it was. Keys are looked up 500 to a statement.
+// as true, only if it was. Keys are looked up 500 to a statement (all in one
+// on PostgreSQL).
 func (s *Store) Decided(ctx context.Context, keys []string) (map[string]bool, error) {
+	if s.dialect.name == migrations.Postgres {
+		return s.decidedOnPostgres(ctx, keys)
+	}
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
 	decided := make(map[string]bool)
 	for chunk := range slices.Chunk(keys, chunkRows) {
@@ -58,6 +63,9 @@ func (s *Store) Commit(ctx context.Context, recs []gate.Record) error {
 	}
 	if len(recs) == 0 {
 		return nil
+	}
+	if s.dialect.name == migrations.Postgres {
+		return s.commitOnPostgres(ctx, recs)
 	}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		fresh, err := s.claim(tx, recs)

@@ -20,5 +20,6 @@
 // counters are kept per scene and UTC hour.
 //
 // It may import the standard library, internal/gate, migrations, gorm and its
-// postgres and sqlite drivers; never another adapter.
+// postgres and sqlite drivers, and pgx (the postgres driver's own library,
+// for per-query options); never another adapter.
 package gormstore

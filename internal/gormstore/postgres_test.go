@@ -80,6 +80,7 @@ func BenchmarkCommit500(b *testing.B) {
 			s := MustOpen(b, d.opts(b))
 			ctx := context.Background()
 			n := 0
+			cpu0 := postgresCPU()
 			b.ResetTimer()
 			for b.Loop() {
 				batch := make([]gate.Record, 500)
@@ -100,6 +101,9 @@ func BenchmarkCommit500(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
+			if d.name == "postgres" {
+				b.ReportMetric(float64(postgresCPU()-cpu0)/float64(time.Microsecond)/float64(n), "pg-µs/record")
+			}
 		})
 	}
 }
