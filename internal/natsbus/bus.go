@@ -29,6 +29,9 @@ const (
 	HeaderUnchecked    = "Gate-Unchecked"
 	HeaderError        = "Gate-Error"
 	HeaderStreamSeq    = "Gate-Stream-Seq"
+	// HeaderTruncated is set on a dead letter cut to fit NATS's max
+	// payload: the original size in bytes.
+	HeaderTruncated = "Gate-Truncated"
 )
 
 // Options configure the bus. Zero values take the defaults shown.

@@ -3,6 +3,7 @@ package natsbus
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/nats-io/nats.go"
@@ -60,6 +61,10 @@ func (b *Bus) Forward(ctx context.Context, fs []gate.Forward) []error {
 // DeadLetter parks a message that can never be decided on the dead-letter
 // subject, with the reason in the Gate-Error header, and waits for the
 // stream to store it. It is idempotent per GATE_IN sequence.
+//
+// A message that reached GATE_IN within NATS's max payload may no longer
+// fit once the gate's headers are added; it is parked cut to fit, with
+// Gate-Truncated saying its original size, rather than retried forever.
 func (b *Bus) DeadLetter(ctx context.Context, data []byte, hdr nats.Header, streamSeq uint64, reason string) error {
 	msg := nats.NewMsg(b.opts.DeadSubject)
 	msg.Data = data
@@ -74,8 +79,25 @@ func (b *Bus) DeadLetter(ctx context.Context, data []byte, hdr nats.Header, stre
 	msg.Header.Set(HeaderError, reason)
 	msg.Header.Set(HeaderStreamSeq, fmt.Sprint(streamSeq))
 	msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%d", StreamIn, streamSeq))
+	if limit := int(b.nc.MaxPayload()); limit > 0 && len(data)+headerSize(msg.Header) > limit {
+		msg.Header.Set(HeaderTruncated, strconv.Itoa(len(data)))
+		msg.Data = data[:max(0, limit-headerSize(msg.Header))]
+	}
 	if _, err := b.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("dead-letter seq %d: %w: %w", streamSeq, gate.ErrUnavailable, err)
 	}
 	return nil
+}
+
+// headerSize is an upper bound of h's size on the wire, as nats.go counts it
+// against the max payload ("NATS/1.0\r\n", "Key: value\r\n" per value, then
+// "\r\n"), with room to spare.
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n") + 64
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": \r\n") + len(v)
+		}
+	}
+	return n
 }
