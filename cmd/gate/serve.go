@@ -130,7 +130,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	defer stopConsume()
 	consumeErr := make(chan error, 1)
 	wg.Go(func() {
-		consumeErr <- bus.Consume(consumeCtx, p.Handle, natsbus.ConsumeOptions{
+		consumeErr <- bus.ConsumeStaged(consumeCtx, p.Start, natsbus.ConsumeOptions{
 			Batch: c.Batch, RetryMax: c.RetryMax, Metrics: m,
 		})
 	})

@@ -43,3 +43,12 @@ type Delivery struct {
 // an *InvalidError parks the message on the dead letter and terminates it,
 // and any other error hands it back for a delayed retry.
 type BatchHandler func(ctx context.Context, batch []Delivery) (errs []error)
+
+// BatchStarter decides a batch in two steps, so that a transport can keep
+// several batches in flight. The transport calls it one batch at a time, in
+// the order the batches arrived, and it returns once the part of the work
+// whose order matters is done. The transport then calls finish exactly once,
+// from any goroutine, and maps its errors as a BatchHandler's; it may start
+// the next batches, and finish several, meanwhile. ctx must stay live until
+// finish returns.
+type BatchStarter func(ctx context.Context, batch []Delivery) (finish func() (errs []error))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
@@ -22,7 +23,11 @@ type ConsumeOptions struct {
 	// transient failure is redelivered; it doubles with each delivery
 	// (500ms, 30s).
 	RetryMin, RetryMax time.Duration
-	Metrics            *metrics.Metrics
+	// InFlight is how many batches ConsumeStaged keeps in flight (2): while
+	// one is forwarded and committed, the next is decided. Consume keeps
+	// one.
+	InFlight int
+	Metrics  *metrics.Metrics
 }
 
 // EnsureConsumer creates or updates the durable pull consumer that every
@@ -47,10 +52,25 @@ func (b *Bus) EnsureConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	return c, nil
 }
 
-// Consume reads GATE_IN until ctx is cancelled, handing batches to h. On
-// cancellation it stops pulling, finishes the messages already received
-// (with a fresh context bounded by HandleTimeout) and returns nil.
+// Consume reads GATE_IN until ctx is cancelled, handing batches to h, one
+// at a time. On cancellation it stops pulling, finishes the messages already
+// received (with a fresh context bounded by HandleTimeout) and returns nil.
 func (b *Bus) Consume(ctx context.Context, h gate.BatchHandler, o ConsumeOptions) error {
+	o.InFlight = 1
+	return b.ConsumeStaged(ctx, func(ctx context.Context, batch []gate.Delivery) func() []error {
+		errs := h(ctx, batch)
+		return func() []error { return errs }
+	}, o)
+}
+
+// ConsumeStaged is Consume for a handler in two steps: it starts each batch
+// with start, one at a time in arrival order, and settles it once its finish
+// returns, with up to InFlight batches started and not yet settled. On
+// cancellation it also waits for the batches in flight.
+func (b *Bus) ConsumeStaged(ctx context.Context, start gate.BatchStarter, o ConsumeOptions) error {
+	if o.InFlight <= 0 {
+		o.InFlight = 2
+	}
 	if o.Batch <= 0 {
 		o.Batch = 256
 	}
@@ -79,7 +99,7 @@ func (b *Bus) Consume(ctx context.Context, h gate.BatchHandler, o ConsumeOptions
 		if o.Metrics != nil {
 			go b.watchLag(lagCtx, cons, o.Metrics)
 		}
-		restart, err := b.consume(ctx, cons, h, o)
+		restart, err := b.consume(ctx, cons, start, o)
 		stopLag()
 		if err != nil {
 			return err
@@ -93,7 +113,7 @@ func (b *Bus) Consume(ctx context.Context, h gate.BatchHandler, o ConsumeOptions
 
 // consume runs one message iterator. It returns restart=true when the
 // consumer vanished and must be recreated.
-func (b *Bus) consume(ctx context.Context, cons jetstream.Consumer, h gate.BatchHandler, o ConsumeOptions) (restart bool, err error) {
+func (b *Bus) consume(ctx context.Context, cons jetstream.Consumer, start gate.BatchStarter, o ConsumeOptions) (restart bool, err error) {
 	it, err := cons.Messages(jetstream.PullMaxMessages(2*o.Batch), jetstream.PullHeartbeat(5*time.Second))
 	if err != nil {
 		return true, nil
@@ -123,8 +143,13 @@ func (b *Bus) consume(ctx context.Context, cons jetstream.Consumer, h gate.Batch
 	stop := context.AfterFunc(ctx, it.Drain)
 	defer stop()
 
-	batch := make([]jetstream.Msg, 0, o.Batch)
+	slots := make(chan struct{}, o.InFlight)
+	var inFlight sync.WaitGroup
+	defer inFlight.Wait()
 	for {
+		// A slot first, then the batch: it takes whatever arrived while
+		// the batches in flight held every slot.
+		slots <- struct{}{}
 		m, ok := <-msgs
 		if !ok {
 			select {
@@ -134,7 +159,8 @@ func (b *Bus) consume(ctx context.Context, cons jetstream.Consumer, h gate.Batch
 				return false, nil
 			}
 		}
-		batch = append(batch[:0], m)
+		batch := make([]jetstream.Msg, 1, o.Batch)
+		batch[0] = m
 	fill:
 		for len(batch) < o.Batch {
 			select {
@@ -147,15 +173,16 @@ func (b *Bus) consume(ctx context.Context, cons jetstream.Consumer, h gate.Batch
 				break fill
 			}
 		}
-		b.handle(batch, h, o)
+		b.handle(batch, start, o, &inFlight, slots)
 	}
 }
 
-func (b *Bus) handle(batch []jetstream.Msg, h gate.BatchHandler, o ConsumeOptions) {
-	// Handling never uses the consume context: a shutdown lets the batch in
-	// hand finish, bounded by HandleTimeout.
+// handle starts a batch and settles it once finished: at once with one
+// batch in flight, else from a goroutine, which frees its slot when done.
+func (b *Bus) handle(batch []jetstream.Msg, start gate.BatchStarter, o ConsumeOptions, inFlight *sync.WaitGroup, slots chan struct{}) {
+	// Handling never uses the consume context: a shutdown lets the batches
+	// in hand finish, bounded by HandleTimeout.
 	ctx, cancel := context.WithTimeout(context.Background(), o.HandleTimeout)
-	defer cancel()
 	now := time.Now()
 	ds := make([]gate.Delivery, len(batch))
 	for i, m := range batch {
@@ -165,14 +192,23 @@ func (b *Bus) handle(batch []jetstream.Msg, h gate.BatchHandler, o ConsumeOption
 		}
 		ds[i] = d
 	}
-	errs := h(ctx, ds)
-	for i, m := range batch {
-		var err error
-		if i < len(errs) {
-			err = errs[i]
+	finish := start(ctx, ds)
+	settle := func() {
+		defer func() { cancel(); <-slots }()
+		errs := finish()
+		for i, m := range batch {
+			var err error
+			if i < len(errs) {
+				err = errs[i]
+			}
+			b.settle(ctx, m, ds[i], err, o)
 		}
-		b.settle(ctx, m, ds[i], err, o)
 	}
+	if o.InFlight == 1 {
+		settle()
+		return
+	}
+	inFlight.Go(settle)
 }
 
 // settle maps a handler's verdict on one message to JetStream: ack, dead

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
@@ -29,7 +30,17 @@ type Options struct {
 }
 
 // Pipeline decides batches of deliveries. It is safe for concurrent use.
-type Pipeline struct{ o Options }
+type Pipeline struct {
+	o Options
+
+	mu sync.Mutex
+	// inFlight maps the keys of every batch started and not yet finished
+	// to a channel closed when that batch finishes.
+	inFlight map[string]chan struct{}
+	// forwarded is closed once the batch started last has published its
+	// forwards: the next batch publishes after it, in order.
+	forwarded chan struct{}
+}
 
 // New checks the options and returns a pipeline.
 func New(o Options) (*Pipeline, error) {
@@ -42,7 +53,9 @@ func New(o Options) (*Pipeline, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Pipeline{o: o}, nil
+	done := make(chan struct{})
+	close(done)
+	return &Pipeline{o: o, inFlight: make(map[string]chan struct{}), forwarded: done}, nil
 }
 
 // item is one delivery on its way through a batch.
@@ -65,6 +78,59 @@ type item struct {
 // (retry later). Every step is idempotent on the message id, so a retried
 // message is never forwarded, audited or counted twice.
 func (p *Pipeline) Handle(ctx context.Context, batch []gate.Delivery) []error {
+	return p.Start(ctx, batch)()
+}
+
+// Start is Handle in two steps, a gate.BatchStarter, so that a transport can
+// decide the next batch while this one commits. Start parses the batch,
+// skips ids already decided and asks the window store; it returns once every
+// decision is made. finish publishes the forwards, after those of every batch
+// started earlier, commits, and returns what Handle returns. Two safeguards
+// keep the guarantees of one batch at a time:
+//   - a batch holding an id that a batch in flight holds too starts only
+//     once that batch has finished, so its ledger lookup sees the outcome;
+//   - forwards are published in the order the batches started, so a
+//     recipient's messages reach the outbound stream in the order decided.
+//
+// Called one batch at a time, in arrival order, Start therefore decides every
+// recipient's messages in order, as Handle does.
+func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish func() []error) {
+	items, keys := p.parse(batch)
+	if p.o.Metrics != nil {
+		p.o.Metrics.BatchSize.Observe(float64(len(batch)))
+	}
+	p.awaitInFlight(ctx, keys)
+
+	known, err := p.o.Audit.Decided(ctx, keys)
+	if err != nil {
+		errs := p.failAll(items, "audit", "decided", err)
+		return func() []error { return errs }
+	}
+	for i := range items {
+		items[i].known = known[items[i].key]
+	}
+
+	rules := p.o.Rules.Current()
+	if err := p.decide(ctx, rules, items); err != nil {
+		p.storeDown(items, err)
+	}
+	done, turn, forwarded := p.track(keys)
+	return func() []error {
+		defer p.untrack(keys, done)
+		select {
+		case <-turn:
+		case <-ctx.Done(): // the forwards fail on ctx at once
+		}
+		p.forward(ctx, rules, items)
+		close(forwarded)
+		p.commit(ctx, rules, items)
+		return p.verdicts(items)
+	}
+}
+
+// parse parses every delivery and returns the items and the distinct
+// idempotency keys of the batch.
+func (p *Pipeline) parse(batch []gate.Delivery) ([]item, []string) {
 	items := make([]item, len(batch))
 	keys := make([]string, 0, len(batch))
 	first := make(map[string]int, len(batch))
@@ -86,25 +152,56 @@ func (p *Pipeline) Handle(ctx context.Context, batch []gate.Delivery) []error {
 		}
 		keys = append(keys, it.key)
 	}
-	if p.o.Metrics != nil {
-		p.o.Metrics.BatchSize.Observe(float64(len(batch)))
-	}
+	return items, keys
+}
 
-	known, err := p.o.Audit.Decided(ctx, keys)
-	if err != nil {
-		return p.failAll(items, "audit", "decided", err)
+// awaitInFlight waits until no batch in flight holds any of keys (or ctx
+// ends, when the ledger lookup that follows fails anyway).
+func (p *Pipeline) awaitInFlight(ctx context.Context, keys []string) {
+	var wait []chan struct{}
+	p.mu.Lock()
+	for _, k := range keys {
+		if c, ok := p.inFlight[k]; ok {
+			wait = append(wait, c)
+		}
 	}
-	for i := range items {
-		items[i].known = known[items[i].key]
+	p.mu.Unlock()
+	for _, c := range wait {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return
+		}
 	}
+}
 
-	rules := p.o.Rules.Current()
-	if err := p.decide(ctx, rules, items); err != nil {
-		p.storeDown(items, err)
+// track records a started batch: its keys are in flight until done is
+// closed; it may forward once turn is closed, and closes forwarded when it
+// has.
+func (p *Pipeline) track(keys []string) (done, turn, forwarded chan struct{}) {
+	done, forwarded = make(chan struct{}), make(chan struct{})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range keys {
+		p.inFlight[k] = done
 	}
-	p.forward(ctx, rules, items)
-	p.commit(ctx, rules, items)
+	turn, p.forwarded = p.forwarded, forwarded
+	return done, turn, forwarded
+}
 
+func (p *Pipeline) untrack(keys []string, done chan struct{}) {
+	p.mu.Lock()
+	for _, k := range keys {
+		if p.inFlight[k] == done {
+			delete(p.inFlight, k)
+		}
+	}
+	p.mu.Unlock()
+	close(done)
+}
+
+// verdicts returns the error of every item, and counts the decided ones.
+func (p *Pipeline) verdicts(items []item) []error {
 	errs := make([]error, len(items))
 	for i := range items {
 		it := &items[i]
