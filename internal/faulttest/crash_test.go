@@ -64,26 +64,48 @@ func (s *stack) killAndRestart(g *gateProc, at int64, watch *gateProc, rng *rand
 	tm.add(fmt.Sprintf("%s at %d decided: ready in %s, deciding again in", label, at, ready.Round(10*time.Millisecond)), time.Since(t0))
 }
 
+// killsMidStream publishes msgs in the background and, at each kill point,
+// kills one of gates at random with SIGKILL and restarts it. It reports the
+// recoveries and, after the last, the time to an empty GATE_IN.
+func (s *stack) killsMidStream(gates []*gateProc, msgs []message, rng *rand.Rand, kills int) timing {
+	s.t.Helper()
+	wait := s.publishInBackground(msgs)
+	var tm timing
+	for k, at := range killPoints(rng, kills, len(msgs)) {
+		i := rng.IntN(len(gates))
+		watch := gates[(i+1)%len(gates)]
+		s.killAndRestart(gates[i], at, watch, rng, &tm, fmt.Sprintf("kill %d (%s)", k+1, gates[i].name))
+	}
+	if err := wait(); err != nil {
+		s.t.Fatal(err)
+	}
+	tm.add("drained after the last restart in", s.awaitDrained(3*time.Minute))
+	return tm
+}
+
 // TestGateKilledMidStream publishes 20,000 messages to 2,000 recipients over
 // four scenes and kills the gate with SIGKILL at random points (3 times by
 // default), restarting it each time. Every message ends with exactly one
 // outcome, and no recipient gets more than the rules allow.
 func TestGateKilledMidStream(t *testing.T) {
-	sc := scaleFor(t, 20000, 2000, 3)
-	rng := sc.rng()
-	redis := startRedis(t)
-	s := newStack(t, stackOptions{RedisURL: redis.url(), Rules: standardModel})
+	s, msgs, sc, rng := standardRun(t, 20000, 2000, 3, stackOptions{})
 	g := s.startGate(nil)
-	msgs := workload(rng, sc.Messages, sc.Recipients, standardMix, 97)
-	wait := s.publishInBackground(msgs)
-	var tm timing
-	for k, at := range killPoints(rng, sc.Kills, len(msgs)) {
-		s.killAndRestart(g, at, g, rng, &tm, fmt.Sprintf("kill %d", k+1))
+	tm := s.killsMidStream([]*gateProc{g}, msgs, rng, sc.Kills)
+	report(t, "gate kill -9", s.check(msgs, standardModel, g), tm)
+}
+
+// TestThreeGatesKilled runs three gate processes on one consumer, one Redis
+// and one database, and kills one of them at random (3 times by default)
+// while messages flow. Together they still decide every message once and
+// never admit more than a limit allows.
+func TestThreeGatesKilled(t *testing.T) {
+	s, msgs, sc, rng := standardRun(t, 9000, 900, 3, stackOptions{})
+	gates := []*gateProc{s.startGate(nil), s.startGate(nil), s.startGate(nil)}
+	tm := s.killsMidStream(gates, msgs, rng, sc.Kills)
+	for _, g := range gates {
+		if !g.alive() {
+			t.Errorf("%s is not running", g.name)
+		}
 	}
-	if err := wait(); err != nil {
-		t.Fatal(err)
-	}
-	tm.add("drained after the last restart in", s.awaitDrained(3*time.Minute))
-	r := s.check(msgs, standardModel, g)
-	report(t, "gate kill -9", r, tm)
+	report(t, "three gates, kill -9", s.check(msgs, standardModel, gates[0]), tm)
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/antifatigue/gate/internal/natsbus"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -210,4 +212,52 @@ func infoField(t testing.TB, c *redis.Client, section, field string) string {
 		}
 	}
 	return ""
+}
+
+// TestMaxDeliverParksExhausted sets GATE_MAX_DELIVER=3 and keeps Redis down:
+// every message of the retry scene exhausts its deliveries and is parked on
+// gate.dead with "max deliveries exhausted", once, and deleted from GATE_IN,
+// never silently left behind; messages that need no window still flow.
+func TestMaxDeliverParksExhausted(t *testing.T) {
+	rs := startRedis(t)
+	s := newStack(t, stackOptions{RedisURL: rs.url(), Rules: redisModel,
+		Env: map[string]string{"GATE_MAX_DELIVER": "3", "GATE_RETRY_MAX": "500ms"}})
+	g := s.startGate(nil)
+	rs.kill()
+	sc := scaleFor(t, 500, 50, 0)
+	msgs := workload(sc.rng(), sc.Messages, sc.Recipients, []string{"f.hold", "f.unknown"}, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	if err := s.bus.publish(ctx, msgs, nil); err != nil {
+		t.Fatal(err)
+	}
+	took := s.awaitDrained(time.Minute)
+	held := count(msgs, "f.hold")
+	parked := map[string]int{}
+	for _, d := range s.bus.read(natsbus.StreamDead) {
+		if got := d.Header.Get(natsbus.HeaderError); got != natsbus.ReasonMaxDeliveries {
+			t.Errorf("dead letter seq %d: Gate-Error %q, want %q", d.Seq, got, natsbus.ReasonMaxDeliveries)
+		}
+		if mm := idInJSON.FindSubmatch(d.Data); mm != nil {
+			parked[string(mm[1])]++
+		}
+	}
+	forwarded := map[string]bool{}
+	for _, o := range s.bus.read(natsbus.StreamOut) {
+		forwarded[o.Header.Get(jetstream.MsgIDHeader)] = true
+	}
+	for _, m := range msgs {
+		switch {
+		case m.Scene == "f.hold" && (parked[m.ID] != 1 || forwarded[m.ID]):
+			t.Errorf("%s (retry scene): parked %d times, forwarded %v; want parked once", m.ID, parked[m.ID], forwarded[m.ID])
+		case m.Scene == "f.unknown" && (parked[m.ID] != 0 || !forwarded[m.ID]):
+			t.Errorf("%s (no rule): parked %d times, forwarded %v; want forwarded", m.ID, parked[m.ID], forwarded[m.ID])
+		}
+	}
+	if got := int(g.metric("gate_parked_messages_total")); got != held {
+		t.Errorf("gate_parked_messages_total = %d, want %d", got, held)
+	}
+	t.Logf("FAULT max deliveries (3) with redis down: in %d (%d retry scene) | out: parked %d, forwarded %d | all settled %s after the last publish (%s in all)",
+		len(msgs), held, len(parked), len(forwarded), took.Round(10*time.Millisecond), time.Since(t0).Round(10*time.Millisecond))
 }

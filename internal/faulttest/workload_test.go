@@ -200,3 +200,18 @@ func scaleFor(t testing.TB, messages, recipients, kills int) scale {
 }
 
 func (s scale) rng() *rand.Rand { return rand.New(rand.NewPCG(s.Seed, s.Seed^0x9e3779b97f4a7c15)) }
+
+// standardRun sets up what most scenarios share: their scale, a stack with
+// standardModel on a redis-server of its own (unless o names a Redis), and
+// the standard workload, one message in 97 invalid.
+func standardRun(t *testing.T, messages, recipients, kills int, o stackOptions) (*stack, []message, scale, *rand.Rand) {
+	t.Helper()
+	sc := scaleFor(t, messages, recipients, kills)
+	rng := sc.rng()
+	if o.RedisURL == "" {
+		o.RedisURL = startRedis(t).url()
+	}
+	o.Rules = standardModel
+	s := newStack(t, o)
+	return s, workload(rng, sc.Messages, sc.Recipients, standardMix, 97), sc, rng
+}
