@@ -26,6 +26,7 @@ run: build
 test:
 	@set -e; env_file=$$(mktemp); trap 'rm -f $$env_file' EXIT; \
 	bash scripts/services.sh > $$env_file; \
+	bash scripts/redis-cluster.sh >> $$env_file; \
 	bash scripts/nacos.sh >> $$env_file; \
 	bash scripts/browser.sh >> $$env_file; bash scripts/schemathesis.sh >> $$env_file; \
 	set -a; . $$env_file; set +a; \

@@ -75,40 +75,49 @@ func TestConformance(t *testing.T) {
 			prefix := newPrefix(t, raw)
 			s := newStore(t, raw, prefix)
 			ctx := context.Background()
-			return storetest.Backend{
-				Store:  s,
-				Client: func(t *testing.T) gate.WindowStore { return newStore(t, newClient(t), prefix) },
-				Sleep:  time.Sleep,
-				Now: func(t *testing.T) time.Time {
-					now, err := raw.Time(ctx).Result()
-					if err != nil {
-						t.Fatalf("TIME: %v", err)
-					}
-					return now
-				},
-				Keys: func(t *testing.T, recipient string) int {
-					tag := globSpecial.ReplaceAllString(escape(recipient), `\$0`)
-					n := 0
-					// EXISTS expires a key whose time has come, as any read would.
-					for _, k := range scanKeys(t, raw, prefix+":{"+tag+"}:*") {
-						n += int(raw.Exists(ctx, k).Val())
-					}
-					return n
-				},
-				Members: func(t *testing.T, recipient, scene string) int {
-					key := s.CapKey(recipient)
-					if scene != "" {
-						key = s.SceneKey(recipient, scene)
-					}
-					n, err := raw.ZCard(ctx, key).Result()
-					if err != nil {
-						t.Fatalf("ZCARD %s: %v", key, err)
-					}
-					return int(n)
-				},
-			}
+			other := func(t *testing.T) gate.WindowStore { return newStore(t, newClient(t), prefix) }
+			return backend(s, raw, other, func(t *testing.T, recipient string) int {
+				tag := globSpecial.ReplaceAllString(escape(recipient), `\$0`)
+				n := 0
+				// EXISTS expires a key whose time has come, as any read would.
+				for _, k := range scanKeys(t, raw, prefix+":{"+tag+"}:*") {
+					n += int(raw.Exists(ctx, k).Val())
+				}
+				return n
+			})
 		},
 	})
+}
+
+// backend is what the conformance suite needs of s, whose client is raw:
+// other opens a second client of the same store, keys counts a
+// recipient's keys.
+func backend(s *Store, raw redis.UniversalClient, other func(t *testing.T) gate.WindowStore, keys func(t *testing.T, recipient string) int) storetest.Backend {
+	ctx := context.Background()
+	return storetest.Backend{
+		Store:  s,
+		Client: other,
+		Sleep:  time.Sleep,
+		Now: func(t *testing.T) time.Time {
+			now, err := raw.Time(ctx).Result()
+			if err != nil {
+				t.Fatalf("TIME: %v", err)
+			}
+			return now
+		},
+		Keys: keys,
+		Members: func(t *testing.T, recipient, scene string) int {
+			key := s.CapKey(recipient)
+			if scene != "" {
+				key = s.SceneKey(recipient, scene)
+			}
+			n, err := raw.ZCard(ctx, key).Result()
+			if err != nil {
+				t.Fatalf("ZCARD %s: %v", key, err)
+			}
+			return int(n)
+		},
+	}
 }
 
 // After SCRIPT FLUSH (as after a restart or failover) the next batch loads

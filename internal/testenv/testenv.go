@@ -3,7 +3,8 @@
 // Under a plain `go test` a test whose service URL is unset is skipped; under
 // `make test`, which sets GATE_TEST_REQUIRE_SERVICES=1, the same test fails,
 // so CI never passes by skipping. It is imported only by tests. Besides the
-// standard library it uses pgx, to give each test a schema of its own.
+// standard library it uses pgx, to give each test a schema of its own, and
+// go-redis, to find a test's keys on the shared Redis Cluster.
 package testenv
 
 import (
@@ -33,6 +34,13 @@ func need(tb testing.TB, name, env string) string {
 
 // RedisURL returns the URL of a real Redis for tests.
 func RedisURL(tb testing.TB) string { return need(tb, "redis", "GATE_TEST_REDIS_URL") }
+
+// RedisClusterURL returns the seed URL of a real Redis Cluster for tests,
+// redis://host:7000?addr=host:7001&addr=host:7002 (scripts/redis-cluster.sh
+// starts one).
+func RedisClusterURL(tb testing.TB) string {
+	return need(tb, "redis cluster", "GATE_TEST_REDIS_CLUSTER_URL")
+}
 
 // DatabaseURL returns the URL of a real PostgreSQL database for tests.
 func DatabaseURL(tb testing.TB) string { return need(tb, "postgres", "GATE_TEST_DATABASE_URL") }
