@@ -1,0 +1,217 @@
+package faulttest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/antifatigue/gate/internal/natsbus"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// badModel holds one scene: the second message to a recipient is
+// suppressed, which shows that odd recipients get windows of their own.
+var badModel = model{Scenes: []sceneSpec{{Name: "b.one", Limits: []limit{{"1h", 1}}}}}
+
+// hostile is one message a producer might send by mistake or malice.
+type hostile struct {
+	name   string
+	body   []byte
+	header string // Nats-Msg-Id, if any
+	// id is the message id the gate decides it under; "" when the message
+	// must go to the dead letter. reason is a piece of the Gate-Error the
+	// dead letter must carry.
+	id, reason string
+}
+
+func envelope(id, to string, extra string) []byte {
+	b, _ := json.Marshal(id)
+	r, _ := json.Marshal(to)
+	return []byte(`{"id":` + string(b) + `,"scene":"b.one","receive_id_type":"open_id","receive_id":` + string(r) + extra + `}`)
+}
+
+// maxPayload is nats-server's default max_payload, 1 MiB.
+const maxPayload = 1 << 20
+
+func hostileMessages(rng *rand.Rand, run string) []hostile {
+	id := func(s string) string { return run + "-" + s }
+	to := func(s string) string { return "ou_" + run + "_" + s }
+	binary := make([]byte, 4096)
+	for i := range binary {
+		binary[i] = byte(rng.UintN(256))
+	}
+	deep := strings.Repeat("[", 100000) + strings.Repeat("]", 100000)
+	nested := strings.Repeat(`{"a":`, 400) + "1" + strings.Repeat("}", 400)
+	long := strings.Repeat("x", 257)
+	exact := run + "-" + strings.Repeat("y", 256-len(run)-1)
+	return []hostile{
+		{name: "over the size limit", body: envelope(id("huge"), to("huge"), `,"content":"`+strings.Repeat("a", 300<<10)+`"`), reason: "over the limit"},
+		{name: "at NATS's max payload", body: envelope(id("max"), to("max"), `,"content":"`+strings.Repeat("m", maxPayload-200)+`"`), reason: "over the limit"},
+		{name: "binary", body: binary, reason: "UTF-8"},
+		{name: "NUL bytes", body: make([]byte, 64), reason: "JSON"},
+		{name: "invalid UTF-8 inside a string", body: []byte(`{"id":"` + id("utf8") + `","scene":"b.one","receive_id":"` + to("utf8") + "\xff" + `"}`), reason: "UTF-8"},
+		{name: "nested 100,000 deep", body: envelope(id("deep"), to("deep"), `,"content":`+deep), reason: "JSON"},
+		{name: "nested 400 deep content is passed through", body: envelope(id("nested"), to("nested"), `,"content":`+nested), id: id("nested")},
+		{name: "empty body", body: []byte{}, reason: "empty"},
+		{name: "blank body", body: []byte(" \n\t "), reason: "empty"},
+		{name: "null", body: []byte("null"), reason: "missing"},
+		{name: "array", body: []byte(`[{"id":"x"}]`), reason: "JSON object"},
+		{name: "string", body: []byte(`"hello"`), reason: "JSON object"},
+		{name: "number id", body: []byte(`{"id":5,"scene":"b.one","receive_id":"ou_1"}`), reason: `"id"`},
+		{name: "array scene", body: []byte(`{"id":"` + id("arr") + `","scene":["b.one"],"receive_id":"ou_1"}`), reason: `"scene"`},
+		{name: "object recipient", body: []byte(`{"id":"` + id("obj") + `","scene":"b.one","receive_id":{"id":1}}`), reason: `"receive_id"`},
+		{name: "bool id type", body: []byte(`{"id":"` + id("bool") + `","scene":"b.one","receive_id":"ou","receive_id_type":true}`), reason: `"receive_id_type"`},
+		{name: "number priority", body: []byte(`{"id":"` + id("prio") + `","scene":"b.one","receive_id":"ou","priority":1}`), reason: `"priority"`},
+		{name: "empty id", body: envelope("", to("empty"), ""), reason: "id is missing"},
+		{name: "empty id, id in the header", body: envelope("", to("hdr"), ""), header: id("hdr"), id: id("hdr")},
+		{name: "blank id", body: envelope("   ", to("blank"), ""), reason: "id is missing"},
+		{name: "id over 256 bytes", body: envelope(run+long, to("long"), ""), reason: "over the limit of 256"},
+		{name: "id of exactly 256 bytes", body: envelope(exact, to("exact"), ""), id: exact},
+		{name: "control character in id", body: envelope(id("ctl")+"\u0007", to("ctl"), ""), reason: "control character"},
+		{name: "recipient over 512 bytes", body: envelope(id("longto"), strings.Repeat("r", 513), ""), reason: "receive_id is 513 bytes"},
+		{name: "unicode recipient", body: envelope(id("cjk-1"), "用户✓"+run, ""), id: id("cjk-1")},
+		{name: "unicode recipient, again", body: envelope(id("cjk-2"), "用户✓"+run, ""), id: id("cjk-2")},
+		{name: "emoji recipient", body: envelope(id("emoji"), "👩\u200d💻"+run, ""), id: id("emoji")},
+		{name: "right-to-left recipient", body: envelope(id("rtl"), "مستخدم"+run, ""), id: id("rtl")},
+		{name: "braces in the recipient", body: envelope(id("brace"), "}{"+run+"}", ""), id: id("brace")},
+		{name: "lone surrogate escape", body: []byte(`{"id":"` + id("surr") + `","scene":"b.one","receive_id":"\ud800` + run + `"}`), id: id("surr")},
+		{name: "duplicate keys: the last wins", body: []byte(`{"id":"ignored","id":"` + id("dupkey") + `","scene":"b.one","receive_id":"` + to("dupkey") + `"}`), id: id("dupkey")},
+		{name: "content of another type", body: envelope(id("num"), to("num"), `,"content":12.5e300`), id: id("num")},
+	}
+}
+
+// TestHostileInput sends what a careless or hostile producer might through
+// NATS to a real gate: every message goes to gate.dead with a reason or is
+// decided, once; the gate keeps running.
+func TestHostileInput(t *testing.T) {
+	rs := startRedis(t)
+	s := newStack(t, stackOptions{RedisURL: rs.url(), Rules: badModel})
+	g := s.startGate(nil)
+	run := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	hs := hostileMessages(rand.New(rand.NewPCG(1, 2)), run)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	seqs := make([]uint64, len(hs))
+	for i, h := range hs {
+		m := nats.NewMsg("gate.in")
+		m.Data = h.body
+		if h.header != "" {
+			m.Header.Set(jetstream.MsgIDHeader, h.header)
+		}
+		ack, err := s.bus.js.PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatalf("%s: publish: %v", h.name, err)
+		}
+		seqs[i] = ack.Sequence
+	}
+	// Over NATS's own max payload the producer is told at once: nothing
+	// reaches the gate, and nothing is lost silently.
+	_, err := s.bus.js.Publish(ctx, "gate.in", envelope(run+"-toolarge", "ou", `,"content":"`+strings.Repeat("z", 2<<20)+`"`))
+	if !errors.Is(err, nats.ErrMaxPayload) {
+		t.Errorf("publishing 2 MiB: err = %v, want %v", err, nats.ErrMaxPayload)
+	}
+	s.awaitDrained(time.Minute)
+
+	dead := map[string]storedMsg{}
+	for _, d := range s.bus.read(natsbus.StreamDead) {
+		dead[d.Header.Get(natsbus.HeaderStreamSeq)] = d
+	}
+	outs := map[string]int{}
+	for _, o := range s.bus.read(natsbus.StreamOut) {
+		outs[o.Header.Get(jetstream.MsgIDHeader)]++
+	}
+	rows := map[string]string{}
+	for _, r := range s.suppressions(g, len(hs)) {
+		rows[r.MessageID] = r.Recipient
+	}
+	for i, h := range hs {
+		d, parked := dead[strconv.FormatUint(seqs[i], 10)]
+		outcomes := outs[h.id]
+		if rows[h.id] != "" {
+			outcomes++
+		}
+		switch {
+		case h.id == "" && !parked:
+			t.Errorf("%s: not on gate.dead", h.name)
+		case h.id == "":
+			if got := d.Header.Get(natsbus.HeaderError); !strings.Contains(got, h.reason) {
+				t.Errorf("%s: Gate-Error %q, want it to say %q", h.name, got, h.reason)
+			}
+			// The original bytes, or a prefix that says it was cut.
+			if cut := d.Header.Get(natsbus.HeaderTruncated); d.Size != len(h.body) && cut != strconv.Itoa(len(h.body)) {
+				t.Errorf("%s: dead letter of %d bytes with Gate-Truncated %q, want the original %d bytes", h.name, d.Size, cut, len(h.body))
+			}
+		case parked:
+			t.Errorf("%s: parked on gate.dead (%s), want it decided", h.name, d.Header.Get(natsbus.HeaderError))
+		case outcomes != 1:
+			t.Errorf("%s: forwarded %d times, suppression row %q: want exactly one outcome", h.name, outs[h.id], rows[h.id])
+		}
+	}
+	// The second message to the CJK recipient was held by that recipient's
+	// own window, under the recipient as sent.
+	if got, want := rows[run+"-cjk-2"], "open_id:用户✓"+run; got != want {
+		t.Errorf("second message to a unicode recipient: suppression row recipient %q, want %q", got, want)
+	}
+	if !g.alive() || g.runs != 1 || g.logContains("panic") {
+		t.Fatalf("the gate did not survive hostile input (runs %d):\n%s", g.runs, tail(g.log, 30))
+	}
+	t.Logf("FAULT hostile input: in %d (+1 refused by NATS) | out: dead %d, forwarded %d, suppressed %d", len(hs), len(dead), len(outs), len(rows))
+}
+
+// TestHugeMessagesKeepMemoryBounded piles up a backlog of hundreds of
+// envelopes just under NATS's max payload (far over the gate's size limit)
+// while the gate is stopped, then starts it: each is parked with its
+// reason, and the gate's resident memory stays bounded.
+func TestHugeMessagesKeepMemoryBounded(t *testing.T) {
+	const n, size = 300, 1000 << 10
+	rs := startRedis(t)
+	s := newStack(t, stackOptions{RedisURL: rs.url(), Rules: badModel})
+	g := s.startGate(nil) // creates the streams
+	g.stop(10 * time.Second)
+	run := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	msgs := make([]message, n)
+	filler := strings.Repeat("h", size)
+	for i := range msgs {
+		msgs[i] = message{ID: fmt.Sprintf("%s-huge-%d", run, i), Invalid: true}
+		msgs[i].Raw = envelope(msgs[i].ID, "ou_huge", `,"content":"`+filler+`"`)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := s.bus.publish(ctx, msgs, nil); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	g.start()
+	_, before := g.rssKiB()
+	s.awaitDrained(2 * time.Minute)
+	took := time.Since(t0)
+	now, peak := g.rssKiB()
+	var dead int
+	for _, d := range s.bus.read(natsbus.StreamDead) {
+		if !strings.Contains(d.Header.Get(natsbus.HeaderError), "over the limit") {
+			t.Errorf("dead letter seq %d: Gate-Error %q, want the size limit", d.Seq, d.Header.Get(natsbus.HeaderError))
+		}
+		dead++
+	}
+	if dead != n {
+		t.Errorf("%d dead letters, want %d", dead, n)
+	}
+	// Generous: what the gate may hold at once is about MaxAckPending
+	// messages' worth of pulls, not every message it ever saw.
+	const bound = 1 << 20 // KiB: 1 GiB
+	if peak > bound {
+		t.Errorf("gate peak RSS %d MiB after %d messages of %d KiB, want under %d MiB", peak>>10, n, size>>10, bound>>10)
+	}
+	if !g.alive() {
+		t.Fatal("the gate did not survive huge messages")
+	}
+	t.Logf("FAULT huge messages: in %d × %d KiB, a backlog | out: dead %d | gate RSS %d MiB when ready, %d MiB peak, %d MiB after | start to drained %s",
+		n, size>>10, dead, before>>10, peak>>10, now>>10, took.Round(10*time.Millisecond))
+}
