@@ -1,0 +1,52 @@
+package gate
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// benchEnvelope is a producer's 1 KB envelope, as the throughput benchmark
+// (cmd/gatebench) sends them.
+func benchEnvelope() []byte {
+	head := `{"id":"7f1c4d8e-2b3a-4c5d-9e8f-0a1b2c3d4e5f","scene":"alert.disk_full","receive_id_type":"open_id",` +
+		`"receive_id":"ou_84aad35d084aa403a838cf73ee18467a","msg_type":"text","priority":"normal","content":"{\"text\":\"`
+	tail := `\"}"}`
+	return []byte(head + strings.Repeat("x", 1024-len(head)-len(tail)) + tail)
+}
+
+// BenchmarkParseMessage parses a 1 KB envelope: on the gate's hot path once
+// per message.
+func BenchmarkParseMessage(b *testing.B) {
+	data := benchEnvelope()
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseMessage(data, "", 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPlanMessage plans a message of a scene with two windows under
+// two recipient caps, in a rule set of 20 scenes.
+func BenchmarkPlanMessage(b *testing.B) {
+	rs := &RuleSet{UnknownScene: ActionForward, Scenes: map[string]SceneRule{},
+		RecipientCaps: []Limit{{Window: time.Hour, Max: 4}, {Window: 24 * time.Hour, Max: 20}}}
+	for i := range 20 {
+		rs.Scenes[fmt.Sprintf("scene.%02d", i)] = SceneRule{OnExceed: ActionSuppress,
+			Limits: []Limit{{Window: time.Hour, Max: 1}, {Window: 24 * time.Hour, Max: 3}}}
+	}
+	m, err := ParseMessage(benchEnvelope(), "", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.Scene = "scene.07"
+	b.ReportAllocs()
+	for b.Loop() {
+		if p := PlanMessage(rs, m); p.Request == nil {
+			b.Fatal("no window request")
+		}
+	}
+}
