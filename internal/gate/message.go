@@ -60,17 +60,17 @@ type Message struct {
 // Recipient is the key of a message's recipient: receive_id_type:receive_id.
 func (m Message) Recipient() string { return m.ReceiveIDType + ":" + m.ReceiveID }
 
-// envelope mirrors the JSON a producer publishes. Content is kept raw: the
-// gate never interprets it.
+// envelope mirrors the JSON a producer publishes. It has no field for
+// content: the gate never interprets it (any JSON value passes, as for every
+// field it does not know), and a field would copy up to 150 KB per message.
 type envelope struct {
-	ID            *string         `json:"id"`
-	UUID          *string         `json:"uuid"`
-	Scene         *string         `json:"scene"`
-	ReceiveIDType *string         `json:"receive_id_type"`
-	ReceiveID     *string         `json:"receive_id"`
-	MsgType       *string         `json:"msg_type"`
-	Content       json.RawMessage `json:"content"`
-	Priority      *string         `json:"priority"`
+	ID            *string `json:"id"`
+	UUID          *string `json:"uuid"`
+	Scene         *string `json:"scene"`
+	ReceiveIDType *string `json:"receive_id_type"`
+	ReceiveID     *string `json:"receive_id"`
+	MsgType       *string `json:"msg_type"`
+	Priority      *string `json:"priority"`
 }
 
 // ParseMessage decodes an envelope. headerID is the Nats-Msg-Id header, used
