@@ -16,7 +16,7 @@ import (
 
 type staticRules struct{ rs *gate.RuleSet }
 
-func (r staticRules) Current() *gate.RuleSet   { return r.rs }
+func (r staticRules) Current() *gate.RuleSet  { return r.rs }
 func (r staticRules) Status() gate.RuleStatus { return gate.RuleStatus{Rules: r.rs} }
 
 // admitAll admits every request, as a store with room to spare would.
