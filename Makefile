@@ -1,7 +1,7 @@
 # The notification anti-fatigue gate.
 #   make run    the gate on its embedded defaults: nothing to install
 #   make test   starts the real services the tests need, then runs every test
-#   make bench  benchmarks
+#   make bench  throughput against the machine's ceilings, and Go benchmarks
 #   make lint   go vet + staticcheck
 
 GO        ?= go
@@ -45,12 +45,19 @@ test-unit:
 services:
 	bash scripts/services.sh
 
-bench:
+# The gate against this machine's ceilings and the seed design, on real
+# services, in one run (cmd/gatebench; README "Results"): 3 runs of 200,000
+# messages and their medians, after the Go benchmarks of the hot functions.
+# GATE_BENCH_N=20000 GATE_BENCH_RUNS=1 make bench is a quick run. nats-server
+# is built from go.mod's version and runs as a process of its own.
+BENCH_PKGS := ./internal/gate ./internal/redisstore ./internal/gormstore ./internal/pipeline
+bench: build
 	@set -e; env_file=$$(mktemp); trap 'rm -f $$env_file' EXIT; \
 	bash scripts/services.sh > $$env_file; \
-	bash scripts/nacos.sh >> $$env_file; \
 	set -a; . $$env_file; set +a; \
-	$(GO) test -run '^$$' -bench . -benchmem -count 3 $(PKGS)
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nats-server github.com/nats-io/nats-server/v2; \
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 $(BENCH_PKGS); \
+	$(GO) run ./cmd/gatebench -gate-bin $(BIN) -nats-bin bin/nats-server
 
 lint:
 	$(GO) vet $(PKGS)

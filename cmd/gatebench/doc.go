@@ -1,0 +1,32 @@
+// Command gatebench measures the gate against what this machine can do, and
+// against the seed design, in one run (`make bench`).
+//
+// One run, on real services (a nats-server process with JetStream, Redis,
+// PostgreSQL):
+//
+//   - the gate: the real `gate serve` binary, fed N messages of 1 KB for
+//     100,000 recipients under a rule set of several scenes with two windows
+//     each and a recipient cap (about 30 % held back); decided messages per
+//     second at the publisher's full speed, then the latency from publish to
+//     outcome at half that rate;
+//   - the ceilings, on the same services: JetStream consume + ack doing no
+//     work, the gate's own Redis script with the gate's pipelining, and the
+//     gate's audit commit;
+//   - the seed design: one message at a time, MULTI ZADD / ZREMRANGEBYSCORE /
+//     ZCARD / EXPIRE, then a synchronous ack;
+//   - Redis memory per tracked (recipient, scene), from INFO memory.
+//
+// The outcome of a message is its acknowledgement on GATE_IN, which the gate
+// sends only once the outcome is durable. gatebench sees every ack on the
+// wire (a plain subscription to $JS.ACK.>), and the ack subject carries the
+// time the stream stored the message: latency is the one minus the other, on
+// one host clock. CPU time of every process (gate, nats-server, redis-server,
+// postgres, gatebench itself) is read from /proc around each phase.
+//
+// It prints a table per run, the medians, and a last line starting with
+// BENCH for machines to read. It leaves nothing behind: its keys in the
+// shared Redis are deleted (never FLUSHALL), its Postgres schema dropped.
+//
+// Being a command, it may import any package of the module and every
+// adapter; the packages it measures must not import it.
+package main

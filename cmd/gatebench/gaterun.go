@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/jackc/pgx/v5"
+)
+
+// phase is what one publishing phase measured.
+type phase struct {
+	n        int
+	rate     float64 // outcomes per second, first publish to last outcome
+	p50, p99 time.Duration
+	naks     int
+	cpu      cpuUse
+}
+
+// perMsg is the CPU time of component per message of the phase.
+func (p phase) perMsg(component string) time.Duration {
+	if p.n == 0 {
+		return 0
+	}
+	return p.cpu.used[component] / time.Duration(p.n)
+}
+
+// gateResult is the gate's part of a run.
+type gateResult struct {
+	max, half phase
+	expected  outcomes // from the simulation
+	counted   outcomes // from the gate's hourly counters
+}
+
+// measure publishes data at pace (0: full speed) and waits for every
+// outcome.
+func measure(ctx context.Context, pub *publisher, subject string, watch *ackWatch, meter *cpuMeter, data [][]byte, pace float64) (phase, error) {
+	reached := watch.expect(len(data))
+	before := meter.read()
+	first, err := pub.publish(ctx, subject, data, pace)
+	if err != nil {
+		return phase{}, err
+	}
+	timeout := time.NewTimer(time.Minute + time.Duration(len(data))*time.Millisecond)
+	defer timeout.Stop()
+	select {
+	case <-reached:
+	case <-timeout.C:
+		_, got, naks, _ := watch.seen()
+		return phase{}, fmt.Errorf("%d of %d outcomes seen (%d naks) before the timeout", got, len(data), naks)
+	case <-ctx.Done():
+		return phase{}, ctx.Err()
+	}
+	after := meter.read()
+	lat, got, naks, last := watch.seen()
+	p := phase{n: got, naks: naks, cpu: before.to(after)}
+	p.rate = float64(got) / last.Sub(first).Seconds()
+	p.p50, p.p99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	return p, nil
+}
+
+// percentile returns the q-quantile of ds (which it sorts).
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(q*float64(len(ds))+0.999999) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+// gateWork is a run's messages, in the order they are published.
+type gateWork struct{ warm, full, half [][]byte }
+
+// runGate measures the gate binary: a warm-up, N messages at full speed,
+// then N/2 at half the rate it reached. The gate's own counters must then
+// agree with the simulation, or the figures mean nothing.
+func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (gateResult, error) {
+	var res gateResult
+	dbURL, drop, err := pgSchema(ctx, r.cfg.databaseURL, "gatebench_"+r.tag)
+	if err != nil {
+		return res, err
+	}
+	defer drop()
+	rulesPath := filepath.Join(r.dir, "rules.yaml")
+	if err := os.WriteFile(rulesPath, []byte(rulesDoc()), 0o600); err != nil {
+		return res, fmt.Errorf("write rules: %w", err)
+	}
+	sim := newSimulator(rs)
+	for _, d := range [][][]byte{work.warm, work.full, work.half} {
+		if _, err := sim.decide(d, false); err != nil {
+			return res, err
+		}
+	}
+	res.expected = sim.got
+
+	g, err := startGate(ctx, r.cfg.gateBin, r.dir, gateEnv{
+		natsURL: r.natsURL, redisURL: r.cfg.redisURL, databaseURL: dbURL,
+		rulesPath: rulesPath, dataDir: filepath.Join(r.dir, "gate-data"), extra: r.cfg.gateEnv,
+	})
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if err := g.stop(); err != nil {
+			r.logf("%v", err)
+		}
+	}()
+	watch, err := watchAcks(r.nc, "GATE_IN", "gate")
+	if err != nil {
+		return res, err
+	}
+	defer watch.close()
+	meter := r.meter(g.pid())
+
+	if _, err := measure(ctx, r.pub, "gate.in", watch, meter, work.warm, 0); err != nil {
+		return res, fmt.Errorf("gate warm-up: %w", err)
+	}
+	if res.max, err = measure(ctx, r.pub, "gate.in", watch, meter, work.full, 0); err != nil {
+		return res, fmt.Errorf("gate at full speed: %w", err)
+	}
+	if res.half, err = measure(ctx, r.pub, "gate.in", watch, meter, work.half, res.max.rate/2); err != nil {
+		return res, fmt.Errorf("gate at half rate: %w", err)
+	}
+	if res.counted, err = countedOutcomes(ctx, dbURL); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// countedOutcomes sums the gate's hourly counters.
+func countedOutcomes(ctx context.Context, dbURL string) (outcomes, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return outcomes{}, fmt.Errorf("postgres: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var o outcomes
+	err = conn.QueryRow(ctx, `SELECT coalesce(sum(forwarded), 0), coalesce(sum(suppressed), 0), coalesce(sum(dropped), 0) FROM scene_counters`).
+		Scan(&o.forward, &o.suppress, &o.drop)
+	if err != nil {
+		return outcomes{}, fmt.Errorf("read counters: %w", err)
+	}
+	return o, nil
+}

@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "gatebench:", err)
+		os.Exit(1)
+	}
+}
+
+// config is what a benchmark run needs; every setting is a flag with an
+// environment variable as its default.
+type config struct {
+	n, runs, recipients, seedN, memPairs int
+	batch, workers, maxAckPending        int
+	redisURL, databaseURL                string
+	gateBin, natsBin                     string
+	gateEnv                              []string
+}
+
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("gatebench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	env := func(key, def string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	envInt := func(key string, def int) int {
+		n, err := strconv.Atoi(env(key, strconv.Itoa(def)))
+		if err != nil {
+			return def
+		}
+		return n
+	}
+	c := &config{}
+	fs.IntVar(&c.n, "n", envInt("GATE_BENCH_N", 200_000), "messages at full speed (GATE_BENCH_N); half as many follow at half the rate")
+	fs.IntVar(&c.runs, "runs", envInt("GATE_BENCH_RUNS", 3), "runs; the summary gives each figure's median (GATE_BENCH_RUNS)")
+	fs.IntVar(&c.recipients, "recipients", envInt("GATE_BENCH_RECIPIENTS", 0), "distinct recipients; 0 means n/2, at most 100,000, which holds back about 30 % (GATE_BENCH_RECIPIENTS)")
+	fs.IntVar(&c.seedN, "seed-n", envInt("GATE_BENCH_SEED_N", 10_000), "messages for the seed baseline (GATE_BENCH_SEED_N)")
+	fs.IntVar(&c.memPairs, "mem-pairs", envInt("GATE_BENCH_MEM_PAIRS", 100_000), "(recipient, scene) pairs for the memory figure (GATE_BENCH_MEM_PAIRS)")
+	fs.IntVar(&c.batch, "batch", envInt("GATE_BATCH", 256), "the gate's batch size (GATE_BATCH), also used by the ceilings")
+	fs.IntVar(&c.maxAckPending, "max-ack-pending", envInt("GATE_MAX_ACK_PENDING", 1000), "the consumers' MaxAckPending (GATE_MAX_ACK_PENDING)")
+	fs.IntVar(&c.workers, "workers", envInt("GATE_BENCH_WORKERS", 4), "goroutines driving the Redis and audit ceilings (GATE_BENCH_WORKERS)")
+	fs.StringVar(&c.redisURL, "redis-url", env("GATE_BENCH_REDIS_URL", env("GATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")), "Redis (shared: only the run's own keys are touched)")
+	fs.StringVar(&c.databaseURL, "database-url", env("GATE_BENCH_DATABASE_URL", env("GATE_TEST_DATABASE_URL", "")), "PostgreSQL; each run uses fresh schemas")
+	fs.StringVar(&c.gateBin, "gate-bin", env("GATE_BENCH_GATE_BIN", "bin/gate"), "the gate binary")
+	fs.StringVar(&c.natsBin, "nats-bin", env("GATE_BENCH_NATS_BIN", "bin/nats-server"), "the nats-server binary, run as a process of its own")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if c.recipients == 0 {
+		c.recipients = min(max(c.n/2, 1), 100_000)
+	}
+	var problems []string
+	if c.databaseURL == "" {
+		problems = append(problems, "set GATE_BENCH_DATABASE_URL or GATE_TEST_DATABASE_URL (make bench does)")
+	}
+	if c.n < 1000 || c.runs < 1 || c.recipients < 1 || c.seedN < 1 || c.memPairs < 1 || c.batch < 1 || c.workers < 1 {
+		problems = append(problems, "n must be at least 1000, and runs, recipients, seed-n, mem-pairs, batch and workers at least 1")
+	}
+	for _, bin := range []string{c.gateBin, c.natsBin} {
+		if _, err := os.Stat(bin); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v (make bench builds it)", bin, err))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, errors.New(strings.Join(problems, "; "))
+	}
+	// The gate under test gets the same batch and in-flight bound.
+	c.gateEnv = []string{"GATE_BATCH=" + strconv.Itoa(c.batch), "GATE_MAX_ACK_PENDING=" + strconv.Itoa(c.maxAckPending)}
+	return c, nil
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c, err := parseConfig(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rdb, err := newRedis(c.redisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	redisPID, err := redisInt(ctx, rdb, "server", "process_id")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "gatebench: %d runs of %d messages (%d bytes) to %d recipients; batch %d; %s\n",
+		c.runs, c.n, msgSize, c.recipients, c.batch, machine())
+	var results []runResult
+	for i := range c.runs {
+		r := &runner{cfg: c, redis: rdb, redisPID: int(redisPID), log: stderr}
+		res, err := r.run(ctx)
+		if err != nil {
+			return fmt.Errorf("run %d: %w", i+1, err)
+		}
+		results = append(results, res)
+		printRun(stdout, i+1, res)
+	}
+	printSummary(stdout, c, results)
+	return nil
+}
+
+// runner is one run: its tag, its services and the figures it collects.
+type runner struct {
+	cfg      *config
+	tag      string // in every key, schema and recipient of the run
+	seed     uint64
+	dir      string
+	redis    *redis.Client
+	redisPID int
+	natsPID  int
+	natsURL  string
+	nc       *nats.Conn // the publisher's and the ack watcher's
+	pub      *publisher
+	log      io.Writer
+}
+
+func (r *runner) logf(format string, args ...any) {
+	fmt.Fprintf(r.log, "gatebench: "+format+"\n", args...)
+}
+
+func (r *runner) connect(name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(r.natsURL, nats.Name(name))
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats: %w", err)
+	}
+	return nc, nil
+}
+
+// meter reads the CPU of the run's processes; gatePID is 0 when no gate
+// runs.
+func (r *runner) meter(gatePID ...int) *cpuMeter {
+	self := os.Getpid()
+	m := &cpuMeter{pids: map[string]func() []int{
+		"nats":     func() []int { return []int{r.natsPID} },
+		"redis":    func() []int { return []int{r.redisPID} },
+		"postgres": func() []int { return pidsNamed("postgres") },
+		"bench":    func() []int { return []int{self} },
+	}}
+	if len(gatePID) > 0 {
+		m.pids["gate"] = func() []int { return gatePID }
+	}
+	return m
+}
+
+// runResult is everything one run measured.
+type runResult struct {
+	tag      string
+	gate     gateResult
+	ceil     ceilings
+	seed     phase
+	memory   memoryResult
+	duration time.Duration
+}
+
+func (r *runner) run(ctx context.Context) (res runResult, err error) {
+	began := time.Now()
+	var raw [8]byte
+	_, _ = rand.Read(raw[:])
+	r.seed = binary.LittleEndian.Uint64(raw[:])
+	r.tag = hex.EncodeToString(raw[:4])
+	res.tag = r.tag
+	if r.dir, err = os.MkdirTemp("", "gatebench-"+r.tag+"-"); err != nil {
+		return res, fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(r.dir)
+	ns, natsURL, err := startNATS(ctx, r.cfg.natsBin, r.dir)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if err := ns.stop(); err != nil {
+			r.logf("%v", err)
+		}
+	}()
+	r.natsPID, r.natsURL = ns.pid(), natsURL
+	if r.nc, err = r.connect("gatebench"); err != nil {
+		return res, err
+	}
+	defer r.nc.Close()
+	if r.pub, err = newPublisher(r.nc); err != nil {
+		return res, err
+	}
+	defer func() {
+		pattern := "gate:{open_id:ou_" + r.tag + "*"
+		if _, err := deleteKeys(context.Background(), r.redis, pattern); err != nil {
+			r.logf("delete the gate's keys: %v", err)
+		}
+	}()
+
+	rs, err := benchRules()
+	if err != nil {
+		return res, err
+	}
+	w := newWorkload(r.seed, r.tag, r.cfg.recipients)
+	work := gateWork{warm: w.batchOf(max(min(r.cfg.n/20, 5000), 1)), full: w.batchOf(r.cfg.n), half: w.batchOf(max(r.cfg.n/2, 1))}
+
+	r.logf("run %s: the gate", r.tag)
+	if res.gate, err = r.runGate(ctx, rs, work); err != nil {
+		return res, err
+	}
+	r.logf("run %s: ceilings", r.tag)
+	if res.ceil.jetstream, err = r.jetstreamCeiling(ctx, work.full); err != nil {
+		return res, fmt.Errorf("jetstream ceiling: %w", err)
+	}
+	reqs, recs, err := ceilingInput(rs, work.full)
+	if err != nil {
+		return res, err
+	}
+	if res.ceil.redis, err = r.redisCeiling(ctx, reqs); err != nil {
+		return res, fmt.Errorf("redis ceiling: %w", err)
+	}
+	if res.ceil.audit, err = r.auditCeiling(ctx, recs); err != nil {
+		return res, fmt.Errorf("audit ceiling: %w", err)
+	}
+	r.logf("run %s: seed baseline", r.tag)
+	seedData := work.full[:min(r.cfg.seedN, len(work.full))]
+	if res.seed, err = r.seedBaseline(ctx, rs, seedData); err != nil {
+		return res, fmt.Errorf("seed baseline: %w", err)
+	}
+	r.logf("run %s: redis memory", r.tag)
+	if res.memory, err = r.redisMemory(ctx); err != nil {
+		return res, fmt.Errorf("redis memory: %w", err)
+	}
+	res.duration = time.Since(began)
+	return res, nil
+}
+
+// ceilingInput turns a run's messages into what the Redis and audit
+// ceilings replay: the gate's admit requests, and the records it commits.
+func ceilingInput(rs *gate.RuleSet, data [][]byte) ([]gate.AdmitRequest, []gate.Record, error) {
+	var reqs []gate.AdmitRequest
+	for _, d := range data {
+		m, err := gate.ParseMessage(d, "", 0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("generated message does not parse: %w", err)
+		}
+		if p := gate.PlanMessage(rs, m); p.Request != nil {
+			reqs = append(reqs, *p.Request)
+		}
+	}
+	recs, err := newSimulator(rs).decide(data, true)
+	return reqs, recs, err
+}
+
+// machine describes the host in one line.
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	var mem string
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		if f := strings.Fields(line); len(f) >= 2 {
+			if kb, err := strconv.Atoi(f[1]); err == nil {
+				mem = fmt.Sprintf(", %d GiB RAM", (kb+(1<<19))>>20)
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores (%s)%s", numCPU(), model, mem)
+}
+
+func numCPU() int { return runtime.NumCPU() }

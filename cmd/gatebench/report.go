@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// row is one line of the table: a phase's rate, latency, and CPU time per
+// message of each component.
+type row struct {
+	name     string
+	rate     float64
+	p50, p99 float64 // ms; 0 when not measured
+	cpu      map[string]float64
+}
+
+// Rows of the table, in order.
+const (
+	rowGate = iota
+	rowHalf
+	rowJetStream
+	rowRedis
+	rowAudit
+	rowSeed
+	nRows
+)
+
+var rowNames = [nRows]string{
+	"gate, full speed", "gate, half rate", "ceiling: jetstream consume+ack",
+	"ceiling: redis script, pipelined", "ceiling: audit commit", "seed baseline",
+}
+
+// figures are the numbers of one run, or the medians of several.
+type figures struct {
+	rows                        [nRows]row
+	ceilingRatio, baselineRatio float64
+	bytesPerPair, sampleUsage   float64
+	heldShare, otherShare       float64
+	smallestName                string
+	countsAgree                 bool
+	naks                        int
+	seconds                     float64
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func phaseRow(name string, p phase, latency bool) row {
+	r := row{name: name, rate: p.rate, cpu: map[string]float64{}}
+	if latency {
+		r.p50, r.p99 = ms(p.p50), ms(p.p99)
+	}
+	for _, c := range components {
+		r.cpu[c] = float64(p.perMsg(c)) / float64(time.Microsecond)
+	}
+	return r
+}
+
+func (r runResult) figures() figures {
+	g := r.gate
+	smallest, name := r.ceil.smallest()
+	f := figures{
+		rows: [nRows]row{
+			phaseRow(rowNames[rowGate], g.max, true), phaseRow(rowNames[rowHalf], g.half, true),
+			phaseRow(rowNames[rowJetStream], r.ceil.jetstream, true), phaseRow(rowNames[rowRedis], r.ceil.redis, false),
+			phaseRow(rowNames[rowAudit], r.ceil.audit, false), phaseRow(rowNames[rowSeed], r.seed, false),
+		},
+		ceilingRatio: g.max.rate / smallest, baselineRatio: g.max.rate / r.seed.rate,
+		bytesPerPair: r.memory.perPair, sampleUsage: float64(r.memory.sampleUsage),
+		heldShare: g.counted.heldShare(), smallestName: name,
+		countsAgree: g.counted == g.expected, naks: g.max.naks + g.half.naks,
+		seconds: r.duration.Seconds(),
+	}
+	if all := g.max.cpu.all; all > 0 {
+		f.otherShare = float64(g.max.cpu.used["other"]) / float64(all)
+	}
+	return f
+}
+
+func printRun(w io.Writer, n int, r runResult) {
+	f := r.figures()
+	fmt.Fprintf(w, "\nrun %d (tag %s, %.0f s)\n", n, r.tag, f.seconds)
+	printTable(w, f)
+	g := r.gate
+	agree := "agree"
+	if !f.countsAgree {
+		agree = "DISAGREE"
+	}
+	fmt.Fprintf(w, "outcomes: forward %d, suppress %d, drop %d; the gate's counters %s with the simulation (forward %d, suppress %d, drop %d); naks %d\n",
+		g.counted.forward, g.counted.suppress, g.counted.drop, agree,
+		g.expected.forward, g.expected.suppress, g.expected.drop, f.naks)
+}
+
+func printTable(w io.Writer, f figures) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "\tmsgs/s\tp50 ms\tp99 ms\t| CPU µs/msg:\t%s\t\n", strings.Join(components, "\t"))
+	for _, r := range f.rows {
+		lat := "\t"
+		if r.p99 > 0 {
+			lat = fmt.Sprintf("%.1f\t%.1f", r.p50, r.p99)
+		}
+		cpu := make([]string, len(components))
+		for i, c := range components {
+			cpu[i] = fmt.Sprintf("%.1f", r.cpu[c])
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t|\t%s\t\n", r.name, r.rate, lat, strings.Join(cpu, "\t"))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "gate / smallest ceiling (%s): %.2f; gate / seed: %.1f; held back %.1f %%; Redis bytes per (recipient, scene): %.0f (MEMORY USAGE of one key: %.0f); others' load: %.0f %% of the machine\n",
+		f.smallestName, f.ceilingRatio, f.baselineRatio, 100*f.heldShare, f.bytesPerPair, f.sampleUsage, 100*f.otherShare)
+}
+
+// median returns the median of the values pick takes from each run.
+func median(fs []figures, pick func(figures) float64) float64 {
+	v := make([]float64, len(fs))
+	for i, f := range fs {
+		v[i] = pick(f)
+	}
+	slices.Sort(v)
+	if n := len(v); n%2 == 0 {
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	return v[len(v)/2]
+}
+
+// medians takes every figure's median on its own.
+func medians(fs []figures) figures {
+	m := figures{countsAgree: true}
+	for i := range m.rows {
+		r := &m.rows[i]
+		r.name = rowNames[i]
+		r.rate = median(fs, func(f figures) float64 { return f.rows[i].rate })
+		r.p50 = median(fs, func(f figures) float64 { return f.rows[i].p50 })
+		r.p99 = median(fs, func(f figures) float64 { return f.rows[i].p99 })
+		r.cpu = map[string]float64{}
+		for _, c := range components {
+			r.cpu[c] = median(fs, func(f figures) float64 { return f.rows[i].cpu[c] })
+		}
+	}
+	m.ceilingRatio = median(fs, func(f figures) float64 { return f.ceilingRatio })
+	m.baselineRatio = median(fs, func(f figures) float64 { return f.baselineRatio })
+	m.bytesPerPair = median(fs, func(f figures) float64 { return f.bytesPerPair })
+	m.sampleUsage = median(fs, func(f figures) float64 { return f.sampleUsage })
+	m.heldShare = median(fs, func(f figures) float64 { return f.heldShare })
+	m.otherShare = median(fs, func(f figures) float64 { return f.otherShare })
+	names := map[string]int{}
+	for _, f := range fs {
+		names[f.smallestName]++
+		m.countsAgree = m.countsAgree && f.countsAgree
+		m.naks = max(m.naks, f.naks)
+	}
+	m.smallestName = mostCommon(names)
+	return m
+}
+
+func printSummary(w io.Writer, c *config, results []runResult) {
+	fs := make([]figures, len(results))
+	for i, r := range results {
+		fs[i] = r.figures()
+	}
+	m := medians(fs)
+	fmt.Fprintf(w, "\nmedians of %d runs of %d messages\n", len(results), c.n)
+	printTable(w, m)
+	agree := "yes"
+	if !m.countsAgree {
+		agree = "NO"
+	}
+	fmt.Fprintf(w, "the gate's counters agree with the simulation in every run: %s; most naks in a run: %d\n", agree, m.naks)
+	g, h := m.rows[rowGate], m.rows[rowHalf]
+	fmt.Fprintf(w, "BENCH gate_msgs_per_s=%.0f ceiling_ratio=%.2f baseline_ratio=%.1f p99_ms_half_load=%.2f redis_bytes_per_recipient_scene=%.0f"+
+		" p50_ms_half_load=%.2f p50_ms_max=%.1f p99_ms_max=%.1f jetstream_ceiling=%.0f redis_ceiling=%.0f audit_ceiling=%.0f seed_msgs_per_s=%.0f"+
+		" smallest_ceiling=%s counts_agree=%t runs=%d n=%d\n",
+		g.rate, m.ceilingRatio, m.baselineRatio, h.p99, m.bytesPerPair,
+		h.p50, g.p50, g.p99, m.rows[rowJetStream].rate, m.rows[rowRedis].rate, m.rows[rowAudit].rate, m.rows[rowSeed].rate,
+		m.smallestName, m.countsAgree, len(results), c.n)
+}
+
+func mostCommon(counts map[string]int) string {
+	best, n := "", -1
+	for k, v := range counts {
+		if v > n || (v == n && k < best) {
+			best, n = k, v
+		}
+	}
+	return best
+}

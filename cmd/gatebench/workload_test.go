@@ -1,0 +1,36 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+// The workload is what the benchmark's figures stand on: envelopes of the
+// stated size that the gate accepts, and about 30 % held back.
+func TestWorkload(t *testing.T) {
+	rs, err := benchRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A whole run's messages (warm-up, N, N/2) at the default recipients.
+	for _, c := range []struct{ n, recipients int }{{310_000, 100_000}, {31_000, 10_000}} {
+		data := newWorkload(1, "0a1b2c3d", c.recipients).batchOf(c.n)
+		for i, d := range data[:100] {
+			if len(d) != msgSize {
+				t.Fatalf("message %d is %d bytes, want %d", i, len(d), msgSize)
+			}
+			if _, err := gate.ParseMessage(d, "", 0); err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+		}
+		sim := newSimulator(rs)
+		if _, err := sim.decide(data, false); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("n=%d recipients=%d: %+v, held back %.1f %%", c.n, c.recipients, sim.got, 100*sim.got.heldShare())
+		if s := sim.got.heldShare(); s < 0.25 || s > 0.35 {
+			t.Errorf("n=%d recipients=%d: held back %.1f %%, want about 30 %%", c.n, c.recipients, 100*s)
+		}
+	}
+}
