@@ -10,7 +10,8 @@ import (
 
 // postgresCPU sums the CPU time of every postgres process on this host (the
 // test database runs here), so benchmarks can report the server's cost per
-// record next to the wall time. Other users of the server add to it.
+// record next to the wall time. Other users of the server add to it, and a
+// backend that exits meanwhile takes its time away: read it as a rough guide.
 func postgresCPU() time.Duration {
 	ents, _ := os.ReadDir("/proc")
 	var total time.Duration

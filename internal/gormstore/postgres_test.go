@@ -107,3 +107,42 @@ func BenchmarkCommit500(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecided looks up batches of 256 keys, half of them committed,
+// in a ledger of 100,000: the lookup every batch makes before deciding.
+func BenchmarkDecided(b *testing.B) {
+	s := MustOpen(b, Options{DatabaseURL: testenv.PostgresSchemaURL(b)})
+	ctx := context.Background()
+	const ledger, batch = 100_000, 256
+	for lo := 0; lo < ledger; lo += 1000 {
+		recs := make([]gate.Record, 1000)
+		for i := range recs {
+			recs[i] = record(fmt.Sprintf("7f1c4d8e-2b3a-4c5d-9e8f-%012d", lo+i), "s", gate.OutcomeForward, t0)
+		}
+		if err := s.Commit(ctx, recs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	n := 0
+	cpu0 := postgresCPU()
+	b.ResetTimer()
+	for b.Loop() {
+		keys := make([]string, batch)
+		for i := range keys {
+			if i%2 == 0 {
+				keys[i] = fmt.Sprintf("7f1c4d8e-2b3a-4c5d-9e8f-%012d", (n*7919+i)%ledger)
+			} else {
+				keys[i] = fmt.Sprintf("new-%d-%d", n, i)
+			}
+		}
+		known, err := s.Decided(ctx, keys)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(known) != batch/2 {
+			b.Fatalf("%d keys known, want %d", len(known), batch/2)
+		}
+		n++
+	}
+	b.ReportMetric(float64(postgresCPU()-cpu0)/float64(time.Microsecond)/float64(n*batch), "pg-µs/key")
+}
