@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,7 +117,13 @@ type storedMsg struct {
 const keepBytes = 4 << 10
 
 // read returns every message a stream holds, in order.
-func (b *busClient) read(stream string) []storedMsg {
+func (b *busClient) read(stream string) []storedMsg { return b.readWith(stream, false) }
+
+// readHeaders is read without the bodies: Size comes from the
+// Nats-Msg-Size header, Data is empty.
+func (b *busClient) readHeaders(stream string) []storedMsg { return b.readWith(stream, true) }
+
+func (b *busClient) readWith(stream string, headersOnly bool) []storedMsg {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -131,7 +138,7 @@ func (b *busClient) read(stream string) []storedMsg {
 	if total == 0 {
 		return nil
 	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: headersOnly})
 	if err != nil {
 		b.t.Fatalf("read %s: %v", stream, err)
 	}
@@ -147,9 +154,12 @@ func (b *busClient) read(stream string) []storedMsg {
 			if err != nil {
 				b.t.Fatalf("read %s: metadata: %v", stream, err)
 			}
-			data := m.Data()
+			data, size := m.Data(), len(m.Data())
+			if headersOnly {
+				size, _ = strconv.Atoi(m.Headers().Get(nats.MsgSize))
+			}
 			out = append(out, storedMsg{Seq: md.Sequence.Stream, Data: append([]byte(nil), data[:min(len(data), keepBytes)]...),
-				Size: len(data), Header: m.Headers(), Time: md.Timestamp})
+				Size: size, Header: m.Headers(), Time: md.Timestamp})
 		}
 		if len(out) == n {
 			if idle++; idle > 5 {

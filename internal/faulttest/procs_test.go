@@ -67,15 +67,10 @@ func binaries(t testing.TB) string {
 
 // needBinary returns the path of an installed program, or skips (fails
 // under make test) when it is missing.
-func needBinary(t testing.TB, name string, more ...string) string {
+func needBinary(t testing.TB, name string) string {
 	t.Helper()
 	if p, err := exec.LookPath(name); err == nil {
 		return p
-	}
-	for _, p := range more {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
 	}
 	msg := fmt.Sprintf("%s is not installed (scripts/services.sh installs it)", name)
 	if testenv.Required() {

@@ -64,7 +64,7 @@ func (b *Bus) ParkExhausted(ctx context.Context, o ParkOptions) error {
 			b.log.Warn("unreadable max-deliveries advisory", "err", err, "data", string(msg.Data))
 			return
 		}
-		b.log.Warn("message exhausted its deliveries; parking it", "seq", a.StreamSeq, "deliveries", a.Deliveries)
+		b.log.Debug("max-deliveries advisory", "seq", a.StreamSeq, "deliveries", a.Deliveries)
 		select {
 		case seqs <- a.StreamSeq:
 		default:
