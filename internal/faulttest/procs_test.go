@@ -286,9 +286,9 @@ func run(t testing.TB, timeout time.Duration, attr *syscall.SysProcAttr, name st
 }
 
 // execCommand prepares a short command with the base environment, run as
-// attr says (nil: as the test).
+// attr says (nil: as the test), in a folder any user may enter.
 func execCommand(ctx context.Context, attr *syscall.SysProcAttr, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env, cmd.SysProcAttr = baseEnv(), attr
+	cmd.Env, cmd.SysProcAttr, cmd.Dir = baseEnv(), attr, os.TempDir()
 	return cmd
 }
