@@ -39,6 +39,7 @@ type config struct {
 	redisURL, databaseURL                string
 	gateBin, natsBin                     string
 	gateEnv                              []string
+	keep                                 bool
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
@@ -70,6 +71,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.databaseURL, "database-url", env("GATE_BENCH_DATABASE_URL", env("GATE_TEST_DATABASE_URL", "")), "PostgreSQL; each run uses fresh schemas")
 	fs.StringVar(&c.gateBin, "gate-bin", env("GATE_BENCH_GATE_BIN", "bin/gate"), "the gate binary")
 	fs.StringVar(&c.natsBin, "nats-bin", env("GATE_BENCH_NATS_BIN", "bin/nats-server"), "the nats-server binary, run as a process of its own")
+	fs.BoolVar(&c.keep, "keep", getenv("GATE_BENCH_KEEP") != "", "keep each run's folder: the logs of the gate and nats-server, and the stream store (GATE_BENCH_KEEP)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -192,7 +194,11 @@ func (r *runner) run(ctx context.Context) (res runResult, err error) {
 	if r.dir, err = os.MkdirTemp("", "gatebench-"+r.tag+"-"); err != nil {
 		return res, fmt.Errorf("temp dir: %w", err)
 	}
-	defer os.RemoveAll(r.dir)
+	if r.cfg.keep {
+		r.logf("run %s: keeping %s", r.tag, r.dir)
+	} else {
+		defer os.RemoveAll(r.dir)
+	}
 	ns, natsURL, err := startNATS(ctx, r.cfg.natsBin, r.dir)
 	if err != nil {
 		return res, err
