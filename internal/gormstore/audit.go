@@ -167,6 +167,18 @@ func (s *Store) insertSuppressions(tx *gorm.DB, recs []gate.Record) error {
 	return nil
 }
 
+// addCounts ends an INSERT into scene_counters: a (scene, hour) row that
+// exists already gets the new counts added to its own.
+const addCounts = ` ON CONFLICT (scene, hour) DO UPDATE SET
+	received = scene_counters.received + excluded.received,
+	forwarded = scene_counters.forwarded + excluded.forwarded,
+	suppressed = scene_counters.suppressed + excluded.suppressed,
+	dropped = scene_counters.dropped + excluded.dropped,
+	invalid = scene_counters.invalid + excluded.invalid,
+	shadow_suppressed = scene_counters.shadow_suppressed + excluded.shadow_suppressed,
+	shadow_dropped = scene_counters.shadow_dropped + excluded.shadow_dropped,
+	forwarded_unchecked = scene_counters.forwarded_unchecked + excluded.forwarded_unchecked`
+
 // sceneHour is one row of scene_counters.
 type sceneHour struct {
 	hour time.Time
@@ -206,15 +218,7 @@ func (s *Store) addCounts(tx *gorm.DB, recs []gate.Record) error {
 				c.Invalid, c.ShadowSuppressed, c.ShadowDropped, c.ForwardedUnchecked)
 		}
 		err := tx.Exec(multiRow(`INSERT INTO scene_counters (scene, hour, received, forwarded, suppressed, dropped,
-	invalid, shadow_suppressed, shadow_dropped, forwarded_unchecked)`, 10, len(chunk))+` ON CONFLICT (scene, hour) DO UPDATE SET
-	received = scene_counters.received + excluded.received,
-	forwarded = scene_counters.forwarded + excluded.forwarded,
-	suppressed = scene_counters.suppressed + excluded.suppressed,
-	dropped = scene_counters.dropped + excluded.dropped,
-	invalid = scene_counters.invalid + excluded.invalid,
-	shadow_suppressed = scene_counters.shadow_suppressed + excluded.shadow_suppressed,
-	shadow_dropped = scene_counters.shadow_dropped + excluded.shadow_dropped,
-	forwarded_unchecked = scene_counters.forwarded_unchecked + excluded.forwarded_unchecked`, args...).Error
+	invalid, shadow_suppressed, shadow_dropped, forwarded_unchecked)`, 10, len(chunk))+``+addCounts, args...).Error
 		if err != nil {
 			return fmt.Errorf("add counters: %w", err)
 		}

@@ -52,16 +52,7 @@ const commitPostgres = `WITH claimed AS (
 		shadow_suppressed, shadow_dropped, forwarded_unchecked)
 	WHERE "key" IN (SELECT "key" FROM claimed)
 	GROUP BY scene, hour
-	ORDER BY scene, hour
-	ON CONFLICT (scene, hour) DO UPDATE SET
-		received = scene_counters.received + excluded.received,
-		forwarded = scene_counters.forwarded + excluded.forwarded,
-		suppressed = scene_counters.suppressed + excluded.suppressed,
-		dropped = scene_counters.dropped + excluded.dropped,
-		invalid = scene_counters.invalid + excluded.invalid,
-		shadow_suppressed = scene_counters.shadow_suppressed + excluded.shadow_suppressed,
-		shadow_dropped = scene_counters.shadow_dropped + excluded.shadow_dropped,
-		forwarded_unchecked = scene_counters.forwarded_unchecked + excluded.forwarded_unchecked
+	ORDER BY scene, hour` + addCounts + `
 )
 SELECT count(*) FROM claimed`
 
