@@ -161,6 +161,10 @@ func TestExhaustedMessageIsParkedFromTheAdvisory(t *testing.T) {
 // the exhausted message and parks it.
 func TestMissedAdvisoryIsParkedBySweep(t *testing.T) {
 	b, js := newLimitedBus(t, 2)
+	// The consumer exists before Consume runs, so the wait below can read it.
+	if _, err := b.EnsureConsumer(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	stop := startConsume(t, b, poisonHandler)
 	ack, err := js.Publish(t.Context(), "gate.in", []byte("poison"))
 	if err != nil {
