@@ -12,9 +12,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/antifatigue/gate/internal/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
+
+// needServices skips (fails under make test) unless the test services are
+// configured. Every scenario checks it before it starts anything: the suite
+// is heavy, and belongs where make test runs it, not in a plain go test.
+func needServices(t testing.TB) {
+	t.Helper()
+	testenv.DatabaseURL(t)
+}
 
 // natsServer is a nats-server process with JetStream, storing its streams
 // on disk so that it can be killed and restarted without losing them.
@@ -54,6 +63,7 @@ type redisServer struct {
 
 func startRedis(t testing.TB) *redisServer {
 	t.Helper()
+	needServices(t)
 	bin := needBinary(t, "redis-server")
 	port := strconv.Itoa(freePort(t))
 	r := &redisServer{addr: "127.0.0.1:" + port, proc: newProc(t, "redis-server", bin, []string{
@@ -99,6 +109,7 @@ type pgCluster struct {
 
 func startPostgres(t testing.TB) *pgCluster {
 	t.Helper()
+	needServices(t)
 	bin := pgBin(t)
 	dir, err := os.MkdirTemp("", "gate-faulttest-pg-")
 	if err != nil {

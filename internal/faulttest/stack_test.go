@@ -39,10 +39,11 @@ type stackOptions struct {
 
 func newStack(t testing.TB, o stackOptions) *stack {
 	t.Helper()
-	binaries(t)
+	needServices(t)
 	if o.DatabaseURL == "" {
 		o.DatabaseURL = testenv.PostgresSchemaURL(t)
 	}
+	binaries(t)
 	s := &stack{t: t, nats: startNATS(t), rules: filepath.Join(t.TempDir(), "rules.yaml")}
 	if err := os.WriteFile(s.rules, []byte(o.Rules.yaml()), 0o600); err != nil {
 		t.Fatal(err)
