@@ -39,8 +39,8 @@ type Suppression struct {
 
 // Record is the durable trace of one decided (or invalid) message.
 type Record struct {
-	// Key is the idempotency key: the message id, or "seq:<stream sequence>"
-	// for an invalid message without one.
+	// Key is the idempotency key: the message id; for an invalid message
+	// "invalid:<Nats-Msg-Id>", or "seq:<stream sequence>" without one.
 	Key     string
 	Scene   string
 	Outcome Outcome

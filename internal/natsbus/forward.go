@@ -60,7 +60,10 @@ func (b *Bus) Forward(ctx context.Context, fs []gate.Forward) []error {
 
 // DeadLetter parks a message that can never be decided on the dead-letter
 // subject, with the reason in the Gate-Error header, and waits for the
-// stream to store it. It is idempotent per GATE_IN sequence.
+// stream to store it. It is idempotent per message: per its Nats-Msg-Id
+// when it came with one, else per GATE_IN sequence. (A producer's retry can
+// reach GATE_IN twice, under two sequences: after a nats-server restart the
+// stream's de-duplication no longer knows the ids of messages it removed.)
 //
 // A message that reached GATE_IN within NATS's max payload may no longer
 // fit once the gate's headers are added; it is parked cut to fit, with
@@ -78,7 +81,11 @@ func (b *Bus) DeadLetter(ctx context.Context, data []byte, hdr nats.Header, stre
 	}
 	msg.Header.Set(HeaderError, reason)
 	msg.Header.Set(HeaderStreamSeq, fmt.Sprint(streamSeq))
-	msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%d", StreamIn, streamSeq))
+	parkID := fmt.Sprintf("%s:%d", StreamIn, streamSeq)
+	if id := hdr.Get(jetstream.MsgIDHeader); id != "" {
+		parkID = StreamIn + ":id:" + id
+	}
+	msg.Header.Set(jetstream.MsgIDHeader, parkID)
 	if limit := int(b.nc.MaxPayload()); limit > 0 && len(data)+headerSize(msg.Header) > limit {
 		msg.Header.Set(HeaderTruncated, strconv.Itoa(len(data)))
 		msg.Data = data[:max(0, limit-headerSize(msg.Header))]

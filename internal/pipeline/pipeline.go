@@ -138,18 +138,24 @@ func (p *Pipeline) parse(batch []gate.Delivery) ([]item, []string) {
 		it := &items[i]
 		it.d, it.twin = d, -1
 		it.msg, it.invalid = gate.ParseMessage(d.Data, d.HeaderID, p.o.MaxMessageBytes)
-		if it.invalid != nil {
-			// Invalid messages may lack an id; their stream sequence
-			// identifies them for counting.
-			it.key = "seq:" + strconv.FormatUint(d.Seq, 10)
-		} else {
+		switch {
+		case it.invalid == nil:
 			it.key = it.msg.ID
-			if j, ok := first[it.key]; ok {
-				it.twin = j
-				continue
-			}
-			first[it.key] = i
+		case d.HeaderID != "":
+			// An invalid message is known by its Nats-Msg-Id, so that a
+			// retry GATE_IN stored twice (its de-duplication forgets
+			// removed messages when nats-server restarts) counts once;
+			// prefixed, so that a corrected message may reuse the id.
+			it.key = "invalid:" + d.HeaderID
+		default:
+			// Without an id, its stream sequence identifies it.
+			it.key = "seq:" + strconv.FormatUint(d.Seq, 10)
 		}
+		if j, ok := first[it.key]; ok {
+			it.twin = j
+			continue
+		}
+		first[it.key] = i
 		keys = append(keys, it.key)
 	}
 	return items, keys

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -153,5 +154,31 @@ func TestIDInFlightWaitsForItsBatch(t *testing.T) {
 	}
 	if n := led.commits["x"]; n != 1 {
 		t.Fatalf("x committed %d times, want once", n)
+	}
+}
+
+// An invalid message that reached GATE_IN twice under one Nats-Msg-Id (a
+// producer's retry after a nats-server restart) is counted once, and both
+// copies go to the dead letter, which keeps one; one without a header is
+// known by its stream sequence.
+func TestInvalidRetryCountsOnce(t *testing.T) {
+	p, led, _ := newPipeline(t)
+	ctx := t.Context()
+	bad := func(seq uint64, header string) gate.Delivery {
+		return gate.Delivery{Data: []byte(`{"id":"x","receive_id":"ou_1"}`), HeaderID: header, Seq: seq, NumDelivered: 1}
+	}
+	for _, batch := range [][]gate.Delivery{
+		{bad(1, "x"), bad(2, "x")},
+		{bad(3, "x"), bad(4, "")},
+	} {
+		for i, err := range p.Handle(ctx, batch) {
+			if !gate.IsInvalid(err) {
+				t.Fatalf("delivery %d: got %v, want an invalid error", i, err)
+			}
+		}
+	}
+	want := map[string]int{"invalid:x": 1, "seq:4": 1}
+	if !maps.Equal(led.commits, want) {
+		t.Fatalf("committed %v, want %v", led.commits, want)
 	}
 }
