@@ -17,6 +17,7 @@ import (
 
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/httpapi"
+	"github.com/antifatigue/gate/internal/natsbus"
 	"github.com/antifatigue/gate/internal/testenv"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -81,16 +82,13 @@ func (e *env) writeRules(doc string) {
 	}
 }
 
-// startNATS runs a nats-server with JetStream in the test process.
+// startNATS runs a nats-server with JetStream in the test process, the
+// way the gate's embedded default does, on a free port.
 func startNATS(t testing.TB) *server.Server {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	ns, err := natsbus.StartEmbedded("127.0.0.1:-1", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 	return ns

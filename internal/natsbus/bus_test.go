@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -16,13 +15,9 @@ import (
 // startServer runs a real nats-server with JetStream in the test process.
 func startServer(t *testing.T) *nats.Conn {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	ns, err := StartEmbedded("127.0.0.1:-1", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 	nc, err := nats.Connect(ns.ClientURL())
@@ -166,7 +161,9 @@ func TestConsumeSettlesEachMessage(t *testing.T) {
 		return errs
 	}
 	done := make(chan error, 1)
-	go func() { done <- b.Consume(ctx, handler, ConsumeOptions{RetryMin: 50 * time.Millisecond, RetryMax: 100 * time.Millisecond}) }()
+	go func() {
+		done <- b.Consume(ctx, handler, ConsumeOptions{RetryMin: 50 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+	}()
 	deadline := time.After(10 * time.Second)
 	retries := 0
 	for retries < 2 {
