@@ -126,7 +126,8 @@ func (r *runner) auditCeiling(ctx context.Context, recs []gate.Record) (phase, e
 	}
 	defer st.Close()
 	return r.parallel(ctx, len(recs), func(ctx context.Context, lo, hi int) error {
-		return st.Commit(ctx, recs[lo:hi])
+		_, err := st.Commit(ctx, recs[lo:hi])
+		return err
 	})
 }
 

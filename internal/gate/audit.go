@@ -57,16 +57,24 @@ type Record struct {
 	Suppression *Suppression
 }
 
+// Prior is what the ledger holds of a key committed before: the outcome
+// then decided and when.
+type Prior struct {
+	Outcome Outcome
+	At      time.Time
+}
+
 // AuditLog makes decisions durable.
 //
 // Commit writes a batch in one transaction: for each record whose Key was
 // never committed before, its audit row (if any) and one increment of its
 // scene's hourly counters. Records whose Key is already known change
-// nothing, so Commit is idempotent and safe to retry. Decided reports which
-// keys were committed before. Errors are transient (wrap ErrUnavailable).
+// nothing, so Commit is idempotent and safe to retry; it returns their keys
+// (nil when every key was new). Decided returns, of keys, those committed
+// before with what was decided. Errors are transient (wrap ErrUnavailable).
 type AuditLog interface {
-	Decided(ctx context.Context, keys []string) (map[string]bool, error)
-	Commit(ctx context.Context, recs []Record) error
+	Decided(ctx context.Context, keys []string) (map[string]Prior, error)
+	Commit(ctx context.Context, recs []Record) (known []string, err error)
 	Ping(ctx context.Context) error
 }
 

@@ -73,8 +73,14 @@ type AdmitResult struct {
 // batch, except ErrInvalidRequest, which fails the whole batch before
 // anything is recorded. On a transient error, some requests of the batch
 // may have been recorded; retrying them returns Duplicate.
+//
+// Forget takes the ids of reqs out of the windows their admission counted
+// them in (the scene's and the recipient's caps): the undo of an admission
+// the ledger shows was a second decision of an id decided before. An id
+// that is not there changes nothing.
 type WindowStore interface {
 	Admit(ctx context.Context, reqs []AdmitRequest) ([]AdmitResult, error)
+	Forget(ctx context.Context, reqs []AdmitRequest) error
 	Ping(ctx context.Context) error
 }
 

@@ -25,21 +25,24 @@ const (
 	pruneBatch = 5000
 )
 
-// Decided reports which of keys were committed before: a key is in the map,
-// as true, only if it was. Keys are looked up 500 to a statement (all in one
-// on PostgreSQL).
-func (s *Store) Decided(ctx context.Context, keys []string) (map[string]bool, error) {
+// Decided returns, of keys, those committed before, with the outcome and
+// time then recorded. Keys are looked up 500 to a statement (all in one on
+// PostgreSQL).
+func (s *Store) Decided(ctx context.Context, keys []string) (map[string]gate.Prior, error) {
+	if len(keys) == 0 {
+		return map[string]gate.Prior{}, nil
+	}
 	if s.dialect.name == migrations.Postgres {
 		return s.decidedOnPostgres(ctx, keys)
 	}
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
-	decided := make(map[string]bool)
+	decided := make(map[string]gate.Prior)
 	for chunk := range slices.Chunk(keys, chunkRows) {
-		rows, err := s.db.WithContext(ctx).Raw(`SELECT "key" FROM decisions WHERE "key" IN ?`, chunk).Rows()
+		rows, err := s.db.WithContext(ctx).Raw(`SELECT "key", outcome, decided_at FROM decisions WHERE "key" IN ?`, chunk).Rows()
 		if err != nil {
 			return nil, unavailable("decided", err)
 		}
-		if err := scanKeys(rows, decided); err != nil {
+		if err := scanPriors(rows, decided); err != nil {
 			return nil, unavailable("decided", err)
 		}
 	}
@@ -56,31 +59,42 @@ func (s *Store) Decided(ctx context.Context, keys []string) (map[string]bool, er
 // programming error: the whole batch is refused with an error wrapping
 // gate.ErrBadRequest and nothing is written. Any other error wraps
 // gate.ErrUnavailable, and nothing of the batch was written either.
-func (s *Store) Commit(ctx context.Context, recs []gate.Record) error {
-	recs, err := uniqueRecords(recs)
+func (s *Store) Commit(ctx context.Context, recs []gate.Record) (known []string, err error) {
+	recs, err = uniqueRecords(recs)
 	if err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return nil, fmt.Errorf("commit: %w", err)
 	}
 	if len(recs) == 0 {
-		return nil
+		return nil, nil
 	}
+	var claimed map[string]bool
 	if s.dialect.name == migrations.Postgres {
-		return s.commitOnPostgres(ctx, recs)
+		claimed, err = s.commitOnPostgres(ctx, recs)
+	} else {
+		err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			fresh, err := s.claim(tx, recs)
+			if err != nil {
+				return err
+			}
+			claimed = make(map[string]bool, len(fresh))
+			for _, r := range fresh {
+				claimed[r.Key] = true
+			}
+			if err := s.insertSuppressions(tx, fresh); err != nil {
+				return err
+			}
+			return s.addCounts(tx, fresh)
+		})
 	}
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		fresh, err := s.claim(tx, recs)
-		if err != nil {
-			return err
-		}
-		if err := s.insertSuppressions(tx, fresh); err != nil {
-			return err
-		}
-		return s.addCounts(tx, fresh)
-	})
 	if err != nil {
-		return unavailable("commit", err)
+		return nil, unavailable("commit", err)
 	}
-	return nil
+	for _, r := range recs {
+		if !claimed[r.Key] {
+			known = append(known, r.Key)
+		}
+	}
+	return known, nil
 }
 
 // uniqueRecords checks recs and keeps the first record of each key, sorted
@@ -291,6 +305,22 @@ func multiRow(head string, cols, rows int) string {
 }
 
 // scanKeys adds the single text column of rows to set, and closes rows.
+// scanPriors reads rows of (key, outcome, decided_at) into m.
+func scanPriors(rows *sql.Rows, m map[string]gate.Prior) error {
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			k, outcome string
+			at         scanTime
+		)
+		if err := rows.Scan(&k, &outcome, &at); err != nil {
+			return err
+		}
+		m[k] = gate.Prior{Outcome: gate.Outcome(outcome), At: at.t}
+	}
+	return rows.Err()
+}
+
 func scanKeys(rows *sql.Rows, set map[string]bool) error {
 	defer rows.Close()
 	for rows.Next() {

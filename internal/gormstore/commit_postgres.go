@@ -21,7 +21,7 @@ import (
 // one implicit transaction, and the audit rows and counts join the keys the
 // claim returned, so only records new to the ledger are written.
 
-const decidedPostgres = `SELECT "key" FROM decisions WHERE "key" = ANY($1::text[])`
+const decidedPostgres = `SELECT "key", outcome, decided_at FROM decisions WHERE "key" = ANY($1::text[])`
 
 const commitPostgres = `WITH claimed AS (
 	INSERT INTO decisions ("key", outcome, decided_at)
@@ -54,27 +54,27 @@ const commitPostgres = `WITH claimed AS (
 	GROUP BY scene, hour
 	ORDER BY scene, hour` + addCounts + `
 )
-SELECT count(*) FROM claimed`
+SELECT "key" FROM claimed`
 
 // decidedOnPostgres is Decided in one statement of constant text. It is
 // planned anew each time (pgx's exec mode), never from a cached generic plan:
 // one made while the ledger was still small scans the whole table, and the
 // ledger grows by every message.
-func (s *Store) decidedOnPostgres(ctx context.Context, keys []string) (map[string]bool, error) {
+func (s *Store) decidedOnPostgres(ctx context.Context, keys []string) (map[string]gate.Prior, error) {
 	rows, err := s.sqlDB.QueryContext(ctx, decidedPostgres, pgx.QueryExecModeExec, keys)
 	if err != nil {
 		return nil, unavailable("decided", err)
 	}
-	decided := make(map[string]bool)
-	if err := scanKeys(rows, decided); err != nil {
+	decided := make(map[string]gate.Prior)
+	if err := scanPriors(rows, decided); err != nil {
 		return nil, unavailable("decided", err)
 	}
 	return decided, nil
 }
 
 // commitOnPostgres is Commit's transaction as the one statement above; recs
-// are checked, unique and sorted by key.
-func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) error {
+// are checked, unique and sorted by key. It returns the keys it claimed.
+func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[string]bool, error) {
 	n := len(recs)
 	var (
 		keys, outcomes = make([]string, n), make([]string, n)
@@ -106,11 +106,15 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) error 
 	for _, c := range counts {
 		args = append(args, c)
 	}
-	var claimed int
-	if err := s.sqlDB.QueryRowContext(ctx, commitPostgres, args...).Scan(&claimed); err != nil {
-		return unavailable("commit", fmt.Errorf("claim, audit and count %d records: %w", n, err))
+	rows, err := s.sqlDB.QueryContext(ctx, commitPostgres, args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim, audit and count %d records: %w", n, err)
 	}
-	return nil
+	claimed := make(map[string]bool, n)
+	if err := scanKeys(rows, claimed); err != nil {
+		return nil, fmt.Errorf("claim, audit and count %d records: %w", n, err)
+	}
+	return claimed, nil
 }
 
 // suppressionColumns holds audit rows column by column, for unnest().

@@ -1,6 +1,7 @@
 package gormstore
 
 import (
+	"maps"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -127,10 +128,16 @@ func testCommitIdempotent(t *testing.T, fresh freshFunc) {
 		suppressed("m2", "disk", "open_id:ou_1", t0.Add(time.Second)),
 		record("m3", "disk", gate.OutcomeDrop, t0.Add(2*time.Second)),
 	}
-	MustCommit(t, s, batch...)
-	MustCommit(t, s, batch...)
+	if known := MustCommit(t, s, batch...); known != nil {
+		t.Errorf("first commit: known %v, want none", known)
+	}
+	if known := MustCommit(t, s, batch...); !slices.Equal(known, []string{"m1", "m2", "m3"}) {
+		t.Errorf("second commit: known %v, want [m1 m2 m3]", known)
+	}
 	// Retried with other keys mixed in: only those count.
-	MustCommit(t, s, append(batch, record("m4", "disk", gate.OutcomeForward, t0))...)
+	if known := MustCommit(t, s, append(batch, record("m4", "disk", gate.OutcomeForward, t0))...); !slices.Equal(known, []string{"m1", "m2", "m3"}) {
+		t.Errorf("third commit: known %v, want [m1 m2 m3]", known)
+	}
 
 	want := gate.SceneSummary{Scene: "disk", Received: 4, Forwarded: 2, Suppressed: 1, Dropped: 1}
 	if got := summaryOf(t, s, "disk"); got != want {
@@ -226,7 +233,7 @@ func testConcurrentOverlappingCommits(t *testing.T, fresh freshFunc) {
 		if w%2 == 1 {
 			slices.Reverse(b)
 		}
-		wg.Go(func() { errs[w] = s.Commit(context.Background(), b) })
+		wg.Go(func() { _, errs[w] = s.Commit(context.Background(), b) })
 	}
 	wg.Wait()
 	for w, err := range errs {
@@ -258,7 +265,7 @@ func testBadRecords(t *testing.T, fresh freshFunc) {
 		{"unknown outcome", record("k", "disk", gate.Outcome("maybe"), t0)},
 	}
 	for _, tt := range tests {
-		err := s.Commit(context.Background(), []gate.Record{good, tt.bad})
+		_, err := s.Commit(context.Background(), []gate.Record{good, tt.bad})
 		if !errors.Is(err, gate.ErrBadRequest) || errors.Is(err, gate.ErrUnavailable) {
 			t.Errorf("%s: got %v, want an error wrapping ErrBadRequest and not ErrUnavailable", tt.name, err)
 		}
@@ -266,8 +273,8 @@ func testBadRecords(t *testing.T, fresh freshFunc) {
 	if got := countRows(t, s, "decisions"); got != 0 {
 		t.Errorf("decisions after refused batches: got %d rows, want 0", got)
 	}
-	if err := s.Commit(context.Background(), nil); err != nil {
-		t.Errorf("Commit(nil): got %v, want nil", err)
+	if known, err := s.Commit(context.Background(), nil); err != nil || known != nil {
+		t.Errorf("Commit(nil): got %v, %v; want nil, nil", known, err)
 	}
 }
 
@@ -359,8 +366,12 @@ func testDecidedAndLargeBatch(t *testing.T, fresh freshFunc) {
 		t.Fatal(err)
 	}
 	for i, k := range all {
-		if got[k] != (i < 1200) {
-			t.Fatalf("Decided[%s]: got %v, want %v", k, got[k], i < 1200)
+		p, ok := got[k]
+		if ok != (i < 1200) {
+			t.Fatalf("Decided[%s]: got %v, want %v", k, ok, i < 1200)
+		}
+		if want := (gate.Prior{Outcome: gate.OutcomeSuppress, At: t0}); ok && !(p.Outcome == want.Outcome && p.At.Equal(want.At)) {
+			t.Fatalf("Decided[%s]: got %+v, want %+v", k, p, want)
 		}
 	}
 	if len(got) != 1200 {
@@ -622,7 +633,7 @@ func testPrune(t *testing.T, fresh freshFunc) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]bool{"edge": true, "new": true}; !mapsEqual(got, want) {
+	if want := []string{"edge", "new"}; !slices.Equal(slices.Sorted(maps.Keys(got)), want) {
 		t.Errorf("Decided after Prune: got %v, want %v", got, want)
 	}
 	// Pruning keeps the counters: they are figures, not the ledger.
@@ -637,18 +648,6 @@ func testPrune(t *testing.T, fresh freshFunc) {
 	}
 }
 
-func mapsEqual(a, b map[string]bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
 func testClosed(t *testing.T, fresh freshFunc) {
 	s, err := Open(context.Background(), fresh(t))
 	if err != nil {
@@ -660,8 +659,8 @@ func testClosed(t *testing.T, fresh freshFunc) {
 	ctx := context.Background()
 	checks := map[string]error{
 		"Ping":   s.Ping(ctx),
-		"Commit": s.Commit(ctx, []gate.Record{record("k", "x", gate.OutcomeForward, t0)}),
 	}
+	_, checks["Commit"] = s.Commit(ctx, []gate.Record{record("k", "x", gate.OutcomeForward, t0)})
 	_, checks["Decided"] = s.Decided(ctx, []string{"k"})
 	_, checks["Suppressions"] = s.Suppressions(ctx, gate.SuppressionFilter{})
 	_, checks["Summary"] = s.Summary(ctx, time.Time{}, time.Time{})

@@ -27,12 +27,14 @@ func MustOpen(tb testing.TB, opts Options) *Store {
 	return s
 }
 
-// MustCommit commits recs or fails the test.
-func MustCommit(tb testing.TB, s *Store, recs ...gate.Record) {
+// MustCommit commits recs or fails the test; it returns Commit's known keys.
+func MustCommit(tb testing.TB, s *Store, recs ...gate.Record) (known []string) {
 	tb.Helper()
-	if err := s.Commit(context.Background(), recs); err != nil {
+	known, err := s.Commit(context.Background(), recs)
+	if err != nil {
 		tb.Fatalf("Commit(%d records): %v", len(recs), err)
 	}
+	return known
 }
 
 // t0 is on the hour, so hour boundaries in tests are easy to read.

@@ -113,6 +113,30 @@ func (s *Store) Admit(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.Adm
 	return results, nil
 }
 
+// Forget takes reqs' ids out of their scene and cap windows; see
+// gate.WindowStore.
+func (s *Store) Forget(ctx context.Context, reqs []gate.AdmitRequest) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("forget: %w: %w", gate.ErrUnavailable, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range reqs {
+		r := &reqs[i]
+		for _, k := range []windowKey{{recipient: r.Recipient, scene: r.Scene}, {recipient: r.Recipient, capWindow: true}} {
+			w := s.windows[k]
+			if w == nil {
+				continue
+			}
+			w.entries = slices.DeleteFunc(w.entries, func(e entry) bool { return e.id == r.ID })
+			if len(w.entries) == 0 {
+				delete(s.windows, k)
+			}
+		}
+	}
+	return nil
+}
+
 // admit decides one request at now (ms), step for step like admit.lua.
 func (s *Store) admit(now int64, r *gate.AdmitRequest) gate.AdmitResult {
 	res := gate.AdmitResult{Now: time.UnixMilli(now).UTC()}

@@ -45,7 +45,8 @@ type Options struct {
 	// OutMaxAge bounds how long forwarded messages stay readable (72h).
 	OutMaxAge time.Duration
 	// OutDuplicates is GATE_OUT's duplicate window. It must be longer than
-	// the longest span between a message's first forward and its ack (2h).
+	// the longest span between a message's first forward and its ack, and
+	// than pipeline.Options.ReplayWithin (2h).
 	OutDuplicates time.Duration
 	// DeadMaxAge bounds how long dead letters are kept (30d).
 	DeadMaxAge time.Duration

@@ -27,7 +27,16 @@ type Options struct {
 	// Now is the clock for messages no window store decides (unknown scenes,
 	// invalid messages); time.Now by default.
 	Now func() time.Time
+	// ReplayWithin is how old a forward may be and still be published again
+	// when its message comes back after the decision was committed (a crash
+	// between commit and publish). It must be shorter than the outbound
+	// stream's duplicate window, which absorbs the copies; 0 means
+	// DefaultReplayWithin.
+	ReplayWithin time.Duration
 }
+
+// DefaultReplayWithin is half of GATE_OUT's default duplicate window.
+const DefaultReplayWithin = time.Hour
 
 // Pipeline decides batches of deliveries. It is safe for concurrent use.
 type Pipeline struct {
@@ -53,6 +62,9 @@ func New(o Options) (*Pipeline, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.ReplayWithin <= 0 {
+		o.ReplayWithin = DefaultReplayWithin
+	}
 	done := make(chan struct{})
 	close(done)
 	return &Pipeline{o: o, inFlight: make(map[string]chan struct{}), forwarded: done}, nil
@@ -62,10 +74,12 @@ func New(o Options) (*Pipeline, error) {
 type item struct {
 	d       gate.Delivery
 	msg     gate.Message
-	key     string // idempotency key
-	invalid error  // *gate.InvalidError when the message cannot be decided
-	known   bool   // already decided before this batch
-	twin    int    // index of an earlier delivery of the same id in this batch, or -1
+	key     string     // idempotency key
+	invalid error      // *gate.InvalidError when the message cannot be decided
+	known   bool       // already decided before this batch
+	prior   gate.Prior // what was decided then, when known
+	counted bool       // the window store counted it in this batch (not as a duplicate)
+	twin    int        // index of an earlier delivery of the same id in this batch, or -1
 	plan    gate.Plan
 	dec     gate.Decision
 	decided bool
@@ -83,10 +97,22 @@ func (p *Pipeline) Handle(ctx context.Context, batch []gate.Delivery) []error {
 
 // Start is Handle in two steps, a gate.BatchStarter, so that a transport can
 // decide the next batch while this one commits. Start parses the batch,
-// skips ids already decided and asks the window store; it returns once every
-// decision is made. finish publishes the forwards, after those of every batch
-// started earlier, commits, and returns what Handle returns. Two safeguards
-// keep the guarantees of one batch at a time:
+// looks up the redelivered ids in the ledger and asks the window store about
+// the rest; it returns once every decision is made. finish commits, then
+// publishes the forwards, after those of every batch started earlier, and
+// returns what Handle returns.
+//
+// Only redelivered messages are looked up before deciding: a first delivery
+// was decided before only if its producer published the id again (after
+// GATE_IN's own duplicate window), and the commit finds those, since it
+// claims every id in the ledger. Such an id keeps its first outcome: what
+// this batch decided for it is not forwarded, audited or counted, and is
+// taken out of the window again. A forward is published after its commit, so
+// a message that comes back after a crash in between finds its forward in the
+// ledger and publishes it again; the outbound stream's duplicate window
+// absorbs the copy when the first publish did land.
+//
+// Two safeguards keep the guarantees of one batch at a time:
 //   - a batch holding an id that a batch in flight holds too starts only
 //     once that batch has finished, so its ledger lookup sees the outcome;
 //   - forwards are published in the order the batches started, so a
@@ -101,13 +127,21 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 	}
 	p.awaitInFlight(ctx, keys)
 
-	known, err := p.o.Audit.Decided(ctx, keys)
-	if err != nil {
-		errs := p.failAll(items, "audit", "decided", err)
-		return func() []error { return errs }
-	}
+	var again []string
 	for i := range items {
-		items[i].known = known[items[i].key]
+		if it := &items[i]; it.twin < 0 && it.d.NumDelivered > 1 {
+			again = append(again, it.key)
+		}
+	}
+	if len(again) > 0 {
+		known, err := p.o.Audit.Decided(ctx, again)
+		if err != nil {
+			errs := p.failAll(items, "audit", "decided", err)
+			return func() []error { return errs }
+		}
+		for i := range items {
+			items[i].prior, items[i].known = known[items[i].key]
+		}
 	}
 
 	rules := p.o.Rules.Current()
@@ -117,13 +151,13 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 	done, turn, forwarded := p.track(keys)
 	return func() []error {
 		defer p.untrack(keys, done)
+		p.commit(ctx, rules, items)
 		select {
 		case <-turn:
 		case <-ctx.Done(): // the forwards fail on ctx at once
 		}
 		p.forward(ctx, rules, items)
 		close(forwarded)
-		p.commit(ctx, rules, items)
 		return p.verdicts(items)
 	}
 }
@@ -256,6 +290,7 @@ func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item
 		} else {
 			for k, i := range idx {
 				results[i] = res[k]
+				items[i].counted = res[k].Admitted && !res[k].Duplicate
 			}
 		}
 	}
@@ -290,14 +325,26 @@ func (p *Pipeline) storeDown(items []item, err error) {
 	}
 }
 
-// forward publishes every admitted message and waits for the stream to
-// store them.
+// forward publishes every message whose committed outcome is a forward and
+// waits for the stream to store them: those this batch decided, and those
+// decided before (within ReplayWithin), whose publish may have been lost.
 func (p *Pipeline) forward(ctx context.Context, rules *gate.RuleSet, items []item) {
 	var fs []gate.Forward
 	var idx []int
+	replayAfter := p.o.Now().Add(-p.o.ReplayWithin)
 	for i := range items {
 		it := &items[i]
-		if !it.decided || it.err != nil || it.dec.Outcome != gate.OutcomeForward {
+		switch {
+		case it.err != nil || it.twin >= 0 || it.invalid != nil:
+			continue
+		case it.known:
+			if it.prior.Outcome != gate.OutcomeForward || it.prior.At.Before(replayAfter) {
+				continue
+			}
+			fs = append(fs, gate.Forward{MessageID: it.msg.ID, Scene: it.msg.Scene, RulesVersion: rules.Version, Data: it.msg.Raw})
+			idx = append(idx, i)
+			continue
+		case !it.decided || it.dec.Outcome != gate.OutcomeForward:
 			continue
 		}
 		f := gate.Forward{MessageID: it.msg.ID, Scene: it.msg.Scene, RulesVersion: rules.Version, Bypass: it.dec.Bypass, Unchecked: it.dec.Unchecked, Data: it.msg.Raw}
@@ -334,8 +381,58 @@ func (p *Pipeline) commit(ctx context.Context, rules *gate.RuleSet, items []item
 	if len(recs) == 0 {
 		return
 	}
-	if err := p.o.Audit.Commit(ctx, recs); err != nil {
+	known, err := p.o.Audit.Commit(ctx, recs)
+	if err != nil {
 		p.fail(items, func(it *item) bool { return it.err == nil && it.twin < 0 && !it.known }, "audit", "commit", err)
+		return
+	}
+	if len(known) > 0 {
+		p.decidedBefore(ctx, items, known)
+	}
+}
+
+// decidedBefore handles the ids the commit found in the ledger already: a
+// producer published them again. Each takes its first outcome back, and an
+// admission this batch counted is taken out of the window. Should either
+// step fail, the message is retried: its redelivery is looked up first.
+func (p *Pipeline) decidedBefore(ctx context.Context, items []item, known []string) {
+	prior, err := p.o.Audit.Decided(ctx, known)
+	if err != nil {
+		err = p.transient("audit", "decided", err)
+	}
+	byKey := make(map[string]bool, len(known))
+	for _, k := range known {
+		byKey[k] = true
+	}
+	var forget []gate.AdmitRequest
+	for i := range items {
+		it := &items[i]
+		if it.err != nil || it.twin >= 0 || !byKey[it.key] {
+			continue
+		}
+		pr, ok := prior[it.key]
+		switch {
+		case err != nil:
+			it.err = err
+			continue
+		case !ok: // committed by a transaction this one did not see, and gone again
+			it.err = p.transient("audit", "decided", fmt.Errorf("id %q: ledger row not found after the claim conflicted", it.key))
+			continue
+		}
+		if it.counted {
+			forget = append(forget, *it.plan.Request)
+		}
+		it.known, it.prior, it.decided = true, pr, false
+	}
+	if len(forget) == 0 {
+		return
+	}
+	// A retry would not help: the redelivery finds the id in the ledger and
+	// never reaches the window. The id then fills a place in its window until
+	// it slides out, which holds back more, never less.
+	if err := p.o.Store.Forget(ctx, forget); err != nil {
+		err = p.transient("window", "forget", err)
+		p.o.Log.Warn("ids decided before stay counted in their windows", "ids", len(forget), "err", err)
 	}
 }
 

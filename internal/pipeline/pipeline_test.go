@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/inmem"
 )
 
 // The fakes below stand for the adapters: the pipeline sees them only
@@ -33,46 +34,69 @@ func (admitAll) Admit(_ context.Context, reqs []gate.AdmitRequest) ([]gate.Admit
 
 func (admitAll) Ping(context.Context) error { return nil }
 
-// ledger is an audit log in memory.
+func (admitAll) Forget(context.Context, []gate.AdmitRequest) error { return nil }
+
+// ledger is an audit log in memory: it claims each key once, as the real
+// one does; commits counts the claims of each key (at most one).
 type ledger struct {
 	mu      sync.Mutex
 	commits map[string]int
+	priors  map[string]gate.Prior
 }
 
-func (l *ledger) Decided(_ context.Context, keys []string) (map[string]bool, error) {
+func (l *ledger) Decided(_ context.Context, keys []string) (map[string]gate.Prior, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	known := map[string]bool{}
+	known := map[string]gate.Prior{}
 	for _, k := range keys {
-		if l.commits[k] > 0 {
-			known[k] = true
+		if p, ok := l.priors[k]; ok {
+			known[k] = p
 		}
 	}
 	return known, nil
 }
 
-func (l *ledger) Commit(_ context.Context, recs []gate.Record) error {
+func (l *ledger) Commit(_ context.Context, recs []gate.Record) ([]string, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, r := range recs {
-		l.commits[r.Key]++
+	if l.priors == nil {
+		l.priors = map[string]gate.Prior{}
 	}
-	return nil
+	var known []string
+	for _, r := range recs {
+		if _, ok := l.priors[r.Key]; ok {
+			known = append(known, r.Key)
+			continue
+		}
+		l.commits[r.Key]++
+		l.priors[r.Key] = gate.Prior{Outcome: r.Outcome, At: r.At}
+	}
+	return known, nil
 }
 
 func (l *ledger) Ping(context.Context) error { return nil }
 
-// outbox records the ids forwarded, in order.
+// outbox records the ids forwarded, in order, and like GATE_OUT's duplicate
+// window it keeps one copy of each; publishes counts every attempt.
 type outbox struct {
-	mu  sync.Mutex
-	ids []string
+	mu        sync.Mutex
+	ids       []string
+	stored    map[string]bool
+	publishes int
 }
 
 func (o *outbox) Forward(_ context.Context, fs []gate.Forward) []error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, f := range fs {
-		o.ids = append(o.ids, f.MessageID)
+		o.publishes++
+		if o.stored == nil {
+			o.stored = map[string]bool{}
+		}
+		if !o.stored[f.MessageID] {
+			o.stored[f.MessageID] = true
+			o.ids = append(o.ids, f.MessageID)
+		}
 	}
 	return make([]error, len(fs))
 }
@@ -135,7 +159,7 @@ func TestForwardsFollowStartOrder(t *testing.T) {
 
 // An id that a batch in flight holds is decided again only once that batch
 // is durable: then the ledger knows it, and it is neither forwarded nor
-// counted twice.
+// counted twice, though it is a first delivery, which is not looked up.
 func TestIDInFlightWaitsForItsBatch(t *testing.T) {
 	p, led, out := newPipeline(t)
 	ctx := t.Context()
@@ -180,5 +204,59 @@ func TestInvalidRetryCountsOnce(t *testing.T) {
 	want := map[string]int{"invalid:x": 1, "seq:4": 1}
 	if !maps.Equal(led.commits, want) {
 		t.Fatalf("committed %v, want %v", led.commits, want)
+	}
+}
+
+// A producer that publishes an id again, as a new message after GATE_IN's
+// duplicate window, gets its first outcome: the first delivery is not looked
+// up, so the window admits it once the window reopened, but the commit finds
+// the id decided, and the admission is neither forwarded nor left counting.
+func TestRepublishedIDKeepsFirstOutcome(t *testing.T) {
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	rs := &gate.RuleSet{UnknownScene: gate.ActionForward, Scenes: map[string]gate.SceneRule{
+		"s": {OnExceed: gate.ActionSuppress, Limits: []gate.Limit{{Window: time.Hour, Max: 1}}},
+	}}
+	led, out := &ledger{commits: map[string]int{}}, &outbox{}
+	p, err := New(Options{Rules: staticRules{rs}, Store: inmem.New(inmem.Options{Now: clock}), Audit: led, Forwarder: out, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	noErrors(t, p.Handle(ctx, deliveries("a")))
+	noErrors(t, p.Handle(ctx, deliveries("b"))) // suppressed: a fills the window
+	now = now.Add(2 * time.Hour)
+	noErrors(t, p.Handle(ctx, deliveries("b"))) // admitted by the window, known to the ledger
+	noErrors(t, p.Handle(ctx, deliveries("c"))) // the window has room: b was taken out
+	if got, want := out.forwarded(), []string{"a", "c"}; !slices.Equal(got, want) {
+		t.Fatalf("forwarded %v, want %v", got, want)
+	}
+	if got := led.priors["b"].Outcome; got != gate.OutcomeSuppress {
+		t.Fatalf("b: ledger says %q, want suppress", got)
+	}
+}
+
+// A message that comes back after its forward was committed publishes the
+// forward again (the outbound stream keeps one copy): the first publish may
+// have been lost in a crash between commit and publish. Only forwards are
+// published again, and only within ReplayWithin.
+func TestRedeliveredForwardIsPublishedAgain(t *testing.T) {
+	p, led, out := newPipeline(t)
+	now := time.Now()
+	led.priors = map[string]gate.Prior{
+		"lost":       {Outcome: gate.OutcomeForward, At: now.Add(-time.Minute)},
+		"suppressed": {Outcome: gate.OutcomeSuppress, At: now.Add(-time.Minute)},
+		"old":        {Outcome: gate.OutcomeForward, At: now.Add(-2 * DefaultReplayWithin)},
+	}
+	ds := deliveries("lost", "suppressed", "old", "new")
+	for i := range ds {
+		ds[i].NumDelivered = 2
+	}
+	noErrors(t, p.Handle(t.Context(), ds))
+	if got, want := out.forwarded(), []string{"lost", "new"}; !slices.Equal(got, want) {
+		t.Fatalf("forwarded %v, want %v", got, want)
+	}
+	if got := led.commits; !maps.Equal(got, map[string]int{"new": 1}) {
+		t.Fatalf("claims %v, want only new", got)
 	}
 }

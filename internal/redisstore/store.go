@@ -224,6 +224,28 @@ func decode(reply []any, req *gate.AdmitRequest) (gate.AdmitResult, error) {
 	return res, nil
 }
 
+// Forget removes the members of reqs' ids from their scene and cap windows,
+// in one pipeline; see gate.WindowStore. The two keys of a request share
+// its recipient's hash slot, so this works on Redis Cluster too.
+func (s *Store) Forget(ctx context.Context, reqs []gate.AdmitRequest) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	pipe := s.client.Pipeline()
+	for i := range reqs {
+		r := &reqs[i]
+		escaped, m := escape(r.Recipient), member(r.ID)
+		pipe.ZRem(ctx, s.sceneKey(escaped, r.Scene), m)
+		pipe.ZRem(ctx, s.capKey(escaped), m)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("forget %d ids: %w: %w", len(reqs), gate.ErrUnavailable, err)
+	}
+	return nil
+}
+
 // Ping checks that Redis answers within the store's timeout.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -23,6 +23,7 @@ var cases = []testCase{
 	{"NoLimitsKeepsNothing", testNoLimitsKeepsNothing},
 	{"ForceAdmitsAndCounts", testForceAdmitsAndCounts},
 	{"Duplicates", testDuplicates},
+	{"Forget", testForget},
 	{"RejectedIDNotRemembered", testRejectedIDNotRemembered},
 	{"SameMillisecond", testSameMillisecond},
 	{"BatchDecidedInOrder", testBatchDecidedInOrder},
@@ -232,6 +233,37 @@ func testDuplicates(t *testing.T, b Backend) {
 	if b.Members != nil {
 		wantMembers(t, b, r, "s", 2)
 	}
+}
+
+// Forget undoes an admission in the scene and cap windows alike; ids it
+// does not hold, and an empty batch, change nothing.
+func testForget(t *testing.T, b Backend) {
+	r, l, capl := newRecipient(), lim(time.Hour, 1), lim(time.Hour, 1)
+	q := func(scene string) gate.AdmitRequest {
+		x := req(r, scene, newID(), l)
+		x.Caps = limits(capl)
+		return x
+	}
+	a := q("s")
+	wantAdmitted(t, "a", admitOne(t, b.Store, a))
+	if err := b.Store.Forget(context.Background(), []gate.AdmitRequest{a, q("s"), q("never")}); err != nil {
+		t.Fatalf("Forget: %v", err)
+	}
+	if err := b.Client(t).Forget(context.Background(), nil); err != nil {
+		t.Fatalf("Forget(nil): %v", err)
+	}
+	if b.Members != nil {
+		wantMembers(t, b, r, "s", 0)
+		wantMembers(t, b, r, "", 0)
+	}
+	// Both windows have room again, and a is new to them.
+	wantAdmitted(t, "b in another scene, under the cap", admitOne(t, b.Store, q("t")))
+	if err := b.Store.Forget(context.Background(), []gate.AdmitRequest{a}); err != nil {
+		t.Fatalf("Forget again: %v", err)
+	}
+	c := a
+	c.Caps = nil
+	wantAdmitted(t, "a once forgotten", admitOne(t, b.Client(t), c))
 }
 
 func testRejectedIDNotRemembered(t *testing.T, b Backend) {
