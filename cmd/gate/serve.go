@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -47,6 +48,29 @@ func newLogger(c *config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// Garbage collector defaults of gate serve, where GOGC and GOMEMLIMIT are
+// not set. The gate keeps little (the batches in hand, the rules, caches) and
+// allocates per message: Go's default GOGC=100 spent a fifth of the gate's
+// CPU collecting; 400 spends a quarter of that (README, "Results"). The soft
+// memory limit makes the collector work harder before the heap passes it,
+// so a backlog of large messages does not take 5 times its live size.
+const (
+	defaultGCPercent   = 400
+	defaultMemoryLimit = 256 << 20
+)
+
+func tuneGC(getenv func(string) string, log *slog.Logger) {
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
+	if getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(defaultMemoryLimit)
+	}
+	gc := debug.SetGCPercent(-1) // reads the setting, and puts it back
+	debug.SetGCPercent(gc)
+	log.Debug("garbage collector", "gogc", gc, "memory_limit", debug.SetMemoryLimit(-1))
+}
+
 // serve runs the gate until ctx is cancelled, then shuts down gracefully:
 // it stops pulling, finishes the batch in hand, and exits within
 // GATE_SHUTDOWN_TIMEOUT.
@@ -59,6 +83,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		return err
 	}
 	log := newLogger(c, stderr)
+	tuneGC(getenv, log)
 	if err := os.MkdirAll(c.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
