@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/antifatigue/gate/internal/gate"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -39,6 +40,7 @@ func publish(ctx context.Context, args []string, getenv func(string) string, std
 	priority := fs.String("priority", "", "low, normal, high or urgent")
 	count := fs.Int("count", 1, "how many messages to publish")
 	raw := fs.Bool("stdin", false, "publish the JSON envelope read from standard input as is")
+	headers := fs.Bool("headers", false, "also send Gate-Scene, Gate-Recipient and Gate-Priority (the gate then decides from the headers without decoding the body); not with --stdin")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return nil
@@ -48,6 +50,9 @@ func publish(ctx context.Context, args []string, getenv func(string) string, std
 	idType, idValue, ok := strings.Cut(*to, ":")
 	if !ok || idType == "" || idValue == "" {
 		return &usageError{fmt.Sprintf("--to wants receive_id_type:receive_id, got %q", *to)}
+	}
+	if *headers && *raw {
+		return &usageError{"--headers describes the generated envelope; with --stdin the envelope is sent as is, without them"}
 	}
 	nc, err := nats.Connect(*natsURL, nats.Name("gate publish"), nats.Timeout(5*time.Second))
 	if err != nil {
@@ -86,7 +91,16 @@ func publish(ctx context.Context, args []string, getenv func(string) string, std
 			env["priority"] = *priority
 		}
 		data, _ := json.Marshal(env)
-		ack, err := js.Publish(ctx, *subject, data, jetstream.WithMsgID(msgID))
+		msg := &nats.Msg{Subject: *subject, Data: data}
+		if *headers {
+			msg.Header = nats.Header{}
+			msg.Header.Set(gate.SceneHeader, *scene)
+			msg.Header.Set(gate.RecipientHeader, *to)
+			if *priority != "" {
+				msg.Header.Set(gate.PriorityHeader, *priority)
+			}
+		}
+		ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
 		if err != nil {
 			return fmt.Errorf("publish %s: %w", msgID, err)
 		}

@@ -36,8 +36,9 @@ func (c ceilings) smallest() (float64, string) {
 
 // jetstreamCeiling publishes the gate run's messages to a work-queue stream
 // like GATE_IN and consumes them with a pull consumer configured like the
-// gate's, acking each at once: the gate without the gate.
-func (r *runner) jetstreamCeiling(ctx context.Context, data [][]byte) (phase, error) {
+// gate's, acking each at once: the gate without the gate. The messages go
+// with the headers the gate's run had, if any.
+func (r *runner) jetstreamCeiling(ctx context.Context, data messages) (phase, error) {
 	js := r.pub.js
 	const stream, subject, durable = "CEIL_IN", "ceil.in", "ceil"
 	if _, err := ensureWorkQueue(ctx, js, stream, subject); err != nil {

@@ -36,12 +36,13 @@ type gateResult struct {
 	counted   outcomes // from the gate's hourly counters
 }
 
-// measure publishes data at pace (0: full speed) and waits for every
+// measure publishes msgs at pace (0: full speed) and waits for every
 // outcome.
-func measure(ctx context.Context, pub *publisher, subject string, watch *ackWatch, meter *cpuMeter, data [][]byte, pace float64) (phase, error) {
+func measure(ctx context.Context, pub *publisher, subject string, watch *ackWatch, meter *cpuMeter, msgs messages, pace float64) (phase, error) {
+	data := msgs.data
 	reached := watch.expect(len(data))
 	before := meter.read()
-	first, err := pub.publish(ctx, subject, data, pace)
+	first, err := pub.publish(ctx, subject, msgs, pace)
 	if err != nil {
 		return phase{}, err
 	}
@@ -74,7 +75,7 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 }
 
 // gateWork is a run's messages, in the order they are published.
-type gateWork struct{ warm, full, half [][]byte }
+type gateWork struct{ warm, full, half messages }
 
 // runGate measures the gate binary: a warm-up, N messages at full speed,
 // then N/2 at half the rate it reached. The gate's own counters must then
@@ -91,8 +92,8 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 		return res, fmt.Errorf("write rules: %w", err)
 	}
 	sim := newSimulator(rs)
-	for _, d := range [][][]byte{work.warm, work.full, work.half} {
-		if _, err := sim.decide(d, false); err != nil {
+	for _, m := range []messages{work.warm, work.full, work.half} {
+		if _, err := sim.decide(m.data, false); err != nil {
 			return res, err
 		}
 	}

@@ -40,6 +40,7 @@ type config struct {
 	gateBin, natsBin                     string
 	gateEnv                              []string
 	keep                                 bool
+	headers                              bool // publish with the header fast path's headers
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
@@ -71,6 +72,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.databaseURL, "database-url", env("GATE_BENCH_DATABASE_URL", env("GATE_TEST_DATABASE_URL", "")), "PostgreSQL; each run uses fresh schemas")
 	fs.StringVar(&c.gateBin, "gate-bin", env("GATE_BENCH_GATE_BIN", "bin/gate"), "the gate binary")
 	fs.StringVar(&c.natsBin, "nats-bin", env("GATE_BENCH_NATS_BIN", "bin/nats-server"), "the nats-server binary, run as a process of its own")
+	fs.BoolVar(&c.headers, "headers", getenv("GATE_BENCH_HEADERS") != "0", "publish each envelope with the headers Nats-Msg-Id, Gate-Scene, Gate-Recipient, Gate-Priority, so the gate decides without decoding the body; GATE_BENCH_HEADERS=0 sends bodies alone (GATE_BENCH_HEADERS)")
 	fs.BoolVar(&c.keep, "keep", getenv("GATE_BENCH_KEEP") != "", "keep each run's folder: the logs of the gate and nats-server, and the stream store (GATE_BENCH_KEEP)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -98,6 +100,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	return c, nil
 }
 
+// mode says how the envelopes are published.
+func (c *config) mode() string {
+	if c.headers {
+		return "headers on (Nats-Msg-Id, Gate-Scene, Gate-Recipient, Gate-Priority: the gate's header fast path)"
+	}
+	return "headers off (bodies alone: the gate decodes each body)"
+}
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c, err := parseConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -115,8 +125,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "gatebench: %d runs of %d messages (%d bytes) to %d recipients; batch %d; %s\n",
-		c.runs, c.n, msgSize, c.recipients, c.batch, machine())
+	fmt.Fprintf(stdout, "gatebench: %d runs of %d messages (%d bytes) to %d recipients; batch %d; %s; %s\n",
+		c.runs, c.n, msgSize, c.recipients, c.batch, c.mode(), machine())
 	var results []runResult
 	for i := range c.runs {
 		r := &runner{cfg: c, redis: rdb, redisPID: int(redisPID), log: stderr}
@@ -213,7 +223,7 @@ func (r *runner) run(ctx context.Context) (res runResult, err error) {
 		return res, err
 	}
 	defer r.nc.Close()
-	if r.pub, err = newPublisher(r.nc); err != nil {
+	if r.pub, err = newPublisher(r.nc, r.cfg.headers); err != nil {
 		return res, err
 	}
 	defer func() {
@@ -238,7 +248,7 @@ func (r *runner) run(ctx context.Context) (res runResult, err error) {
 	if res.ceil.jetstream, err = r.jetstreamCeiling(ctx, work.full); err != nil {
 		return res, fmt.Errorf("jetstream ceiling: %w", err)
 	}
-	reqs, recs, err := ceilingInput(rs, work.full)
+	reqs, recs, err := ceilingInput(rs, work.full.data)
 	if err != nil {
 		return res, err
 	}
@@ -249,7 +259,7 @@ func (r *runner) run(ctx context.Context) (res runResult, err error) {
 		return res, fmt.Errorf("audit ceiling: %w", err)
 	}
 	r.logf("run %s: seed baseline", r.tag)
-	seedData := work.full[:min(r.cfg.seedN, len(work.full))]
+	seedData := work.full.data[:min(r.cfg.seedN, len(work.full.data))]
 	if res.seed, err = r.seedBaseline(ctx, rs, seedData); err != nil {
 		return res, fmt.Errorf("seed baseline: %w", err)
 	}

@@ -109,14 +109,18 @@ func (w *ackWatch) seen() (lat []time.Duration, outcomes, naks int, last time.Ti
 func (w *ackWatch) close() { _ = w.sub.Unsubscribe() }
 
 // publisher publishes envelopes asynchronously, as fast as the server takes
-// them or at a given rate.
+// them or at a given rate. With headers set, each envelope goes with its
+// producer headers (Nats-Msg-Id, Gate-Scene, Gate-Recipient, Gate-Priority),
+// built per message as a producer does, and the gate takes its header fast
+// path; else the body alone.
 type publisher struct {
-	js     jetstream.JetStream
-	failed atomic.Int64
+	js      jetstream.JetStream
+	headers bool
+	failed  atomic.Int64
 }
 
-func newPublisher(nc *nats.Conn) (*publisher, error) {
-	p := &publisher{}
+func newPublisher(nc *nats.Conn, headers bool) (*publisher, error) {
+	p := &publisher{headers: headers}
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(4096),
 		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { p.failed.Add(1) }))
@@ -127,12 +131,13 @@ func newPublisher(nc *nats.Conn) (*publisher, error) {
 	return p, nil
 }
 
-// publish sends data to subject, paced at rate messages per second (0: no
+// publish sends msgs to subject, paced at rate messages per second (0: no
 // pacing), and waits until the stream has stored all of it. It returns when
-// the first message left.
-func (p *publisher) publish(ctx context.Context, subject string, data [][]byte, rate float64) (time.Time, error) {
+// the first message left. Messages without envelopes go without headers.
+func (p *publisher) publish(ctx context.Context, subject string, msgs messages, rate float64) (time.Time, error) {
 	start := time.Now()
-	for i, d := range data {
+	withHeaders := p.headers && msgs.envs != nil
+	for i, d := range msgs.data {
 		if rate > 0 && i%16 == 0 {
 			due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
 			if wait := time.Until(due); wait > 0 {
@@ -143,7 +148,11 @@ func (p *publisher) publish(ctx context.Context, subject string, data [][]byte, 
 				}
 			}
 		}
-		if _, err := p.js.PublishAsync(subject, d, jetstream.WithStallWait(10*time.Second)); err != nil {
+		m := &nats.Msg{Subject: subject, Data: d}
+		if withHeaders {
+			m.Header = msgs.envs[i].header()
+		}
+		if _, err := p.js.PublishMsgAsync(m, jetstream.WithStallWait(10*time.Second)); err != nil {
 			return start, fmt.Errorf("publish %d: %w", i, err)
 		}
 	}

@@ -162,7 +162,7 @@ func printSummary(w io.Writer, c *config, results []runResult) {
 		fs[i] = r.figures()
 	}
 	m := medians(fs)
-	fmt.Fprintf(w, "\nmedians of %d runs of %d messages\n", len(results), c.n)
+	fmt.Fprintf(w, "\nmedians of %d runs of %d messages; %s\n", len(results), c.n, c.mode())
 	printTable(w, m)
 	agree := "yes"
 	if !m.countsAgree {
@@ -172,10 +172,10 @@ func printSummary(w io.Writer, c *config, results []runResult) {
 	g, h := m.rows[rowGate], m.rows[rowHalf]
 	fmt.Fprintf(w, "BENCH gate_msgs_per_s=%.0f ceiling_ratio=%.2f baseline_ratio=%.1f p99_ms_half_load=%.2f redis_bytes_per_recipient_scene=%.0f"+
 		" p50_ms_half_load=%.2f p50_ms_max=%.1f p99_ms_max=%.1f jetstream_ceiling=%.0f redis_ceiling=%.0f audit_ceiling=%.0f seed_msgs_per_s=%.0f"+
-		" smallest_ceiling=%s counts_agree=%t runs=%d n=%d\n",
+		" smallest_ceiling=%s counts_agree=%t runs=%d n=%d headers=%t\n",
 		g.rate, m.ceilingRatio, m.baselineRatio, h.p99, m.bytesPerPair,
 		h.p50, g.p50, g.p99, m.rows[rowJetStream].rate, m.rows[rowRedis].rate, m.rows[rowAudit].rate, m.rows[rowSeed].rate,
-		m.smallestName, m.countsAgree, len(results), c.n)
+		m.smallestName, m.countsAgree, len(results), c.n, c.headers)
 }
 
 func mostCommon(counts map[string]int) string {

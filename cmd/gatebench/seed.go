@@ -16,7 +16,8 @@ import (
 // time (a pull of one), decoded, then MULTI ZADD / ZREMRANGEBYSCORE / ZCARD /
 // EXPIRE on the (recipient, scene) key with the scene's first window, then a
 // synchronous ack (DoubleAck). It is measured from a full stream, so no
-// publisher competes with it, which favours the seed.
+// publisher competes with it, which favours the seed. Its messages are bodies
+// alone, without the gate's headers: the seed decoded the body.
 func (r *runner) seedBaseline(ctx context.Context, rs *gate.RuleSet, data [][]byte) (phase, error) {
 	js := r.pub.js
 	const stream, subject, durable = "SEED_IN", "seed.in", "seed"
@@ -24,7 +25,7 @@ func (r *runner) seedBaseline(ctx context.Context, rs *gate.RuleSet, data [][]by
 		return phase{}, err
 	}
 	defer func() { _ = js.DeleteStream(context.Background(), stream) }()
-	if _, err := r.pub.publish(ctx, subject, data, 0); err != nil {
+	if _, err := r.pub.publish(ctx, subject, messages{data: data}, 0); err != nil {
 		return phase{}, fmt.Errorf("fill the seed stream: %w", err)
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{

@@ -11,6 +11,7 @@ import (
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/inmem"
 	"github.com/antifatigue/gate/internal/rules"
+	"github.com/nats-io/nats.go"
 )
 
 // scene is one scene of the benchmark's rule set, and its share of traffic.
@@ -150,13 +151,34 @@ func (e envelope) json() []byte {
 	return append(b, tail...)
 }
 
-// batchOf generates n envelopes, as bytes.
-func (w *workload) batchOf(n int) [][]byte {
-	data := make([][]byte, n)
-	for i := range data {
-		data[i] = w.envelope().json()
+// header is the envelope's producer headers for the gate's header fast
+// path: its id, scene, recipient and priority, which the gate then takes
+// without decoding the body. A producer builds them per message, as the
+// publisher does.
+func (e envelope) header() nats.Header {
+	return nats.Header{
+		gate.MsgIDHeader:     {e.id},
+		gate.SceneHeader:     {e.scene},
+		gate.RecipientHeader: {"open_id:" + e.receiveID},
+		gate.PriorityHeader:  {string(e.priority)},
 	}
-	return data
+}
+
+// messages are envelopes in the order they are published: data[i] is the
+// body of envs[i]. envs is nil for bodies alone, published without headers.
+type messages struct {
+	data [][]byte
+	envs []envelope
+}
+
+// batchOf generates n envelopes.
+func (w *workload) batchOf(n int) messages {
+	m := messages{data: make([][]byte, n), envs: make([]envelope, n)}
+	for i := range m.data {
+		m.envs[i] = w.envelope()
+		m.data[i] = m.envs[i].json()
+	}
+	return m
 }
 
 // outcomes counts decisions by outcome.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/antifatigue/gate/internal/gate"
@@ -16,13 +17,29 @@ func TestWorkload(t *testing.T) {
 	// A whole run's messages (warm-up, N, N/2) at the default recipients,
 	// N/2: the share depends on messages per recipient, not on N.
 	for _, c := range []struct{ n, recipients int }{{31_000, 10_000}} {
-		data := newWorkload(1, "0a1b2c3d", c.recipients).batchOf(c.n)
+		msgs := newWorkload(1, "0a1b2c3d", c.recipients).batchOf(c.n)
+		data := msgs.data
 		for i, d := range data[:100] {
 			if len(d) != msgSize {
 				t.Fatalf("message %d is %d bytes, want %d", i, len(d), msgSize)
 			}
-			if _, err := gate.ParseMessage(d, "", 0); err != nil {
+			fromBody, err := gate.ParseMessage(d, "", 0)
+			if err != nil {
 				t.Fatalf("message %d: %v", i, err)
+			}
+			// With its headers, the gate takes the header fast path to
+			// the same message (but for msg_type, which it does not read),
+			// so the simulation, which reads bodies, holds for both modes.
+			h := msgs.envs[i].header()
+			d := gate.Delivery{Data: d, HeaderID: h.Get(gate.MsgIDHeader), HeaderScene: h.Get(gate.SceneHeader),
+				HeaderRecipient: h.Get(gate.RecipientHeader), HeaderPriority: h.Get(gate.PriorityHeader)}
+			fromHeaders, err := gate.ParseDelivery(d, 0)
+			if err != nil {
+				t.Fatalf("message %d with headers: %v", i, err)
+			}
+			fromBody.MsgType = ""
+			if !reflect.DeepEqual(fromHeaders, fromBody) {
+				t.Fatalf("message %d: from headers %+v, from the body %+v", i, fromHeaders, fromBody)
 			}
 		}
 		sim := newSimulator(rs)

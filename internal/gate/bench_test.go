@@ -29,6 +29,32 @@ func BenchmarkParseMessage(b *testing.B) {
 	}
 }
 
+// BenchmarkParseDelivery parses the same 1 KB envelope as a delivery: with
+// the producer's Nats-Msg-Id, Gate-Scene, Gate-Recipient and Gate-Priority
+// headers (the header fast path, which does not decode the body), and
+// without them (the body path, ParseMessage).
+func BenchmarkParseDelivery(b *testing.B) {
+	data := benchEnvelope()
+	for _, bc := range []struct {
+		name string
+		d    Delivery
+	}{
+		{"headers", Delivery{Data: data, HeaderID: "7f1c4d8e-2b3a-4c5d-9e8f-0a1b2c3d4e5f", HeaderScene: "alert.disk_full",
+			HeaderRecipient: "open_id:ou_84aad35d084aa403a838cf73ee18467a", HeaderPriority: "normal"}},
+		{"body", Delivery{Data: data}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ParseDelivery(bc.d, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkPlanMessage plans a message of a scene with two windows under
 // two recipient caps, in a rule set of 20 scenes.
 func BenchmarkPlanMessage(b *testing.B) {

@@ -30,12 +30,19 @@ type Forwarder interface {
 }
 
 // Delivery is one message as the transport received it.
+//
+// The Header fields are the producer's headers, empty when absent. When
+// HeaderID, HeaderScene and HeaderRecipient are all set, ParseDelivery takes
+// the message from them and does not decode Data (the header fast path).
 type Delivery struct {
-	Data         []byte
-	HeaderID     string // the Nats-Msg-Id header, if any
-	Seq          uint64 // the message's sequence in the inbound stream
-	NumDelivered uint64 // 1 on first delivery
-	ReceivedAt   time.Time
+	Data            []byte
+	HeaderID        string // the Nats-Msg-Id header, if any
+	HeaderScene     string // the Gate-Scene header, if any
+	HeaderRecipient string // the Gate-Recipient header (receive_id_type:receive_id), if any
+	HeaderPriority  string // the Gate-Priority header, if any
+	Seq             uint64 // the message's sequence in the inbound stream
+	NumDelivered    uint64 // 1 on first delivery
+	ReceivedAt      time.Time
 }
 
 // BatchHandler decides a batch of deliveries. errs[i] is the outcome of

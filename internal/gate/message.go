@@ -52,9 +52,12 @@ type Message struct {
 	Scene         string
 	ReceiveIDType string
 	ReceiveID     string
-	MsgType       string
-	Priority      Priority
-	Raw           []byte
+	// MsgType is the envelope's msg_type, which the gate does not
+	// interpret. It is empty when the message came by the header fast path
+	// (ParseDelivery), which does not decode the body.
+	MsgType  string
+	Priority Priority
+	Raw      []byte
 }
 
 // Recipient is the key of a message's recipient: receive_id_type:receive_id.
@@ -175,4 +178,81 @@ func jsonReason(err error) string {
 		return fmt.Sprintf("field %q must be a %s, not a %s", te.Field, te.Type.Kind(), te.Value)
 	}
 	return err.Error()
+}
+
+// Headers a producer may set on an inbound message so that the gate decides
+// it without decoding the body: see ParseDelivery. NATS header names are
+// case-sensitive.
+const (
+	MsgIDHeader     = "Nats-Msg-Id"
+	SceneHeader     = "Gate-Scene"
+	RecipientHeader = "Gate-Recipient" // receive_id_type:receive_id
+	PriorityHeader  = "Gate-Priority"
+)
+
+// ParseDelivery parses a delivered message. maxBytes is as for ParseMessage.
+//
+// When the producer set the Nats-Msg-Id, Gate-Scene and Gate-Recipient
+// headers (d.HeaderID, d.HeaderScene and d.HeaderRecipient all non-empty),
+// the message is taken from them and the body is not decoded: the header
+// fast path. The headers are trusted; whatever the body says about id,
+// scene, recipient or priority is not read. Gate-Recipient is
+// receive_id_type:receive_id, cut at the first ':', both parts required;
+// Gate-Priority is optional. Header values are held to the limits and
+// checks of the body's fields, and an invalid one gives an *InvalidError
+// naming the header. The body is still checked as bytes, not as JSON: within
+// maxBytes, not empty, valid UTF-8 without NUL bytes (what the body path
+// guarantees too, and what a Postgres text column requires of the payload
+// that suppression rows store). Raw is d.Data, untouched; MsgType is left
+// empty.
+//
+// Otherwise it is ParseMessage(d.Data, d.HeaderID, maxBytes).
+func ParseDelivery(d Delivery, maxBytes int) (Message, error) {
+	if d.HeaderID == "" || d.HeaderScene == "" || d.HeaderRecipient == "" {
+		return ParseMessage(d.Data, d.HeaderID, maxBytes)
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxMessageBytes
+	}
+	data := d.Data
+	if len(data) > maxBytes {
+		return Message{}, invalidf("message is %d bytes, over the limit of %d", len(data), maxBytes)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return Message{}, invalidf("message is empty")
+	}
+	if !utf8.Valid(data) {
+		return Message{}, invalidf("message is not valid UTF-8")
+	}
+	if bytes.IndexByte(data, 0) >= 0 {
+		return Message{}, invalidf("message contains a NUL byte")
+	}
+	m := Message{Raw: data}
+	var err error
+	if m.ID, err = requireField(MsgIDHeader+" header", d.HeaderID, MaxIDBytes); err != nil {
+		return Message{}, err
+	}
+	if m.Scene, err = requireField(SceneHeader+" header", d.HeaderScene, MaxSceneBytes); err != nil {
+		return Message{}, err
+	}
+	scene := Message{Scene: m.Scene}
+	typ, id, ok := strings.Cut(d.HeaderRecipient, ":")
+	if !ok || typ == "" || id == "" {
+		return scene, invalidf("%s header %q is not receive_id_type:receive_id", RecipientHeader, clip(d.HeaderRecipient))
+	}
+	if m.ReceiveID, err = requireField("receive_id of the "+RecipientHeader+" header", id, MaxReceiveIDBytes); err != nil {
+		return scene, err
+	}
+	if !receiveIDTypes[typ] {
+		return scene, invalidf("%s header: receive_id_type %q is not one of open_id, user_id, union_id, email, chat_id", RecipientHeader, clip(typ))
+	}
+	m.ReceiveIDType = typ
+	m.Priority = Priority(d.HeaderPriority)
+	if m.Priority == "" {
+		m.Priority = PriorityNormal
+	}
+	if !ValidPriority(m.Priority) {
+		return scene, invalidf("%s header %q is not one of low, normal, high, urgent", PriorityHeader, clip(d.HeaderPriority))
+	}
+	return m, nil
 }

@@ -191,6 +191,65 @@ func TestConsumeSettlesEachMessage(t *testing.T) {
 	}
 }
 
+// The producer's headers reach the handler, for the header fast path; a
+// message without headers has none.
+func TestConsumeReadsProducerHeaders(t *testing.T) {
+	nc := startServer(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	b, err := New(ctx, nc, Options{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := b.JetStream()
+	with := nats.NewMsg("gate.in")
+	with.Data = []byte("with")
+	with.Header.Set(gate.MsgIDHeader, "m1")
+	with.Header.Set(gate.SceneHeader, "alert.disk_full")
+	with.Header.Set(gate.RecipientHeader, "open_id:ou_1")
+	with.Header.Set(gate.PriorityHeader, "urgent")
+	if _, err := js.PublishMsg(ctx, with); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "gate.in", []byte("without")); err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan gate.Delivery, 16)
+	handler := func(_ context.Context, batch []gate.Delivery) []error {
+		for _, d := range batch {
+			seen <- d
+		}
+		return make([]error, len(batch))
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.Consume(ctx, handler, ConsumeOptions{}) }()
+	want := map[string]gate.Delivery{
+		"with":    {HeaderID: "m1", HeaderScene: "alert.disk_full", HeaderRecipient: "open_id:ou_1", HeaderPriority: "urgent"},
+		"without": {},
+	}
+	deadline := time.After(10 * time.Second)
+	for len(want) > 0 {
+		select {
+		case d := <-seen:
+			w, ok := want[string(d.Data)]
+			if !ok {
+				t.Fatalf("unexpected delivery %q", d.Data)
+			}
+			delete(want, string(d.Data))
+			if d.HeaderID != w.HeaderID || d.HeaderScene != w.HeaderScene || d.HeaderRecipient != w.HeaderRecipient || d.HeaderPriority != w.HeaderPriority {
+				t.Errorf("%s: headers %q %q %q %q, want %q %q %q %q", d.Data, d.HeaderID, d.HeaderScene, d.HeaderRecipient, d.HeaderPriority,
+					w.HeaderID, w.HeaderScene, w.HeaderRecipient, w.HeaderPriority)
+			}
+		case <-deadline:
+			t.Fatalf("not delivered: %v", want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Consume returned %v on shutdown", err)
+	}
+}
+
 func waitEmpty(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

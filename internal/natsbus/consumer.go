@@ -186,7 +186,7 @@ func (b *Bus) handle(batch []jetstream.Msg, start gate.BatchStarter, o ConsumeOp
 	now := time.Now()
 	ds := make([]gate.Delivery, len(batch))
 	for i, m := range batch {
-		d := gate.Delivery{Data: m.Data(), HeaderID: m.Headers().Get(jetstream.MsgIDHeader), NumDelivered: 1, ReceivedAt: now}
+		d := delivery(m, now)
 		if md, err := m.Metadata(); err == nil {
 			d.Seq, d.NumDelivered = md.Sequence.Stream, md.NumDelivered
 		}
@@ -209,6 +209,20 @@ func (b *Bus) handle(batch []jetstream.Msg, start gate.BatchStarter, o ConsumeOp
 		return
 	}
 	inFlight.Go(settle)
+}
+
+// delivery is m as the handler sees it, with the producer's headers the
+// gate reads (for the header fast path, gate.ParseDelivery). A message
+// without headers has a nil header map, which costs nothing to read.
+func delivery(m jetstream.Msg, now time.Time) gate.Delivery {
+	d := gate.Delivery{Data: m.Data(), NumDelivered: 1, ReceivedAt: now}
+	if h := m.Headers(); len(h) > 0 {
+		d.HeaderID = h.Get(gate.MsgIDHeader)
+		d.HeaderScene = h.Get(gate.SceneHeader)
+		d.HeaderRecipient = h.Get(gate.RecipientHeader)
+		d.HeaderPriority = h.Get(gate.PriorityHeader)
+	}
+	return d
 }
 
 // settle maps a handler's verdict on one message to JetStream: ack, dead

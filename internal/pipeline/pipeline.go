@@ -171,7 +171,7 @@ func (p *Pipeline) parse(batch []gate.Delivery) ([]item, []string) {
 	for i, d := range batch {
 		it := &items[i]
 		it.d, it.twin = d, -1
-		it.msg, it.invalid = gate.ParseMessage(d.Data, d.HeaderID, p.o.MaxMessageBytes)
+		it.msg, it.invalid = gate.ParseDelivery(d, p.o.MaxMessageBytes)
 		switch {
 		case it.invalid == nil:
 			it.key = it.msg.ID

@@ -260,3 +260,18 @@ func TestRedeliveredForwardIsPublishedAgain(t *testing.T) {
 		t.Fatalf("claims %v, want only new", got)
 	}
 }
+
+// A message that carries Nats-Msg-Id, Gate-Scene and Gate-Recipient is
+// decided from them: its body is not decoded, so one that is not JSON is
+// forwarded untouched, not sent to the dead letter.
+func TestHeadersDecideWithoutTheBody(t *testing.T) {
+	p, led, out := newPipeline(t)
+	d := gate.Delivery{Data: []byte("plain text, not JSON"), HeaderID: "h1", HeaderScene: "s", HeaderRecipient: "open_id:ou_1", NumDelivered: 1}
+	noErrors(t, p.Handle(t.Context(), []gate.Delivery{d}))
+	if got := out.forwarded(); !slices.Equal(got, []string{"h1"}) {
+		t.Fatalf("forwarded %v, want [h1]", got)
+	}
+	if got := led.priors["h1"].Outcome; got != gate.OutcomeForward {
+		t.Fatalf("ledger: %q, want forward", got)
+	}
+}
