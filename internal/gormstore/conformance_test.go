@@ -1,11 +1,11 @@
 package gormstore
 
 import (
-	"maps"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -658,7 +658,7 @@ func testClosed(t *testing.T, fresh freshFunc) {
 	}
 	ctx := context.Background()
 	checks := map[string]error{
-		"Ping":   s.Ping(ctx),
+		"Ping": s.Ping(ctx),
 	}
 	_, checks["Commit"] = s.Commit(ctx, []gate.Record{record("k", "x", gate.OutcomeForward, t0)})
 	_, checks["Decided"] = s.Decided(ctx, []string{"k"})
