@@ -19,6 +19,7 @@ type phase struct {
 	p50, p99 time.Duration
 	naks     int
 	cpu      cpuUse
+	stages   stageStats // from the gate's own metrics; gate phases only
 }
 
 // perMsg is the CPU time of component per message of the phase.
@@ -121,12 +122,26 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 	if _, err := measure(ctx, r.pub, "gate.in", watch, meter, work.warm, 0); err != nil {
 		return res, fmt.Errorf("gate warm-up: %w", err)
 	}
+	before, err := scrapeGate(g.url + "/metrics")
+	if err != nil {
+		return res, err
+	}
 	if res.max, err = measure(ctx, r.pub, "gate.in", watch, meter, work.full, 0); err != nil {
 		return res, fmt.Errorf("gate at full speed: %w", err)
 	}
+	afterMax, err := scrapeGate(g.url + "/metrics")
+	if err != nil {
+		return res, err
+	}
+	res.max.stages = afterMax.since(before)
 	if res.half, err = measure(ctx, r.pub, "gate.in", watch, meter, work.half, res.max.rate/2); err != nil {
 		return res, fmt.Errorf("gate at half rate: %w", err)
 	}
+	afterHalf, err := scrapeGate(g.url + "/metrics")
+	if err != nil {
+		return res, err
+	}
+	res.half.stages = afterHalf.since(afterMax)
 	if res.counted, err = countedOutcomes(ctx, dbURL); err != nil {
 		return res, err
 	}

@@ -44,6 +44,7 @@ type figures struct {
 	countsAgree                 bool
 	naks                        int
 	seconds                     float64
+	stages                      [2]stageStats // full speed, half rate
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -73,6 +74,7 @@ func (r runResult) figures() figures {
 		heldShare: g.counted.heldShare(), smallestName: name,
 		countsAgree: g.counted == g.expected, naks: g.max.naks + g.half.naks,
 		seconds: r.duration.Seconds(),
+		stages:  [2]stageStats{g.max.stages, g.half.stages},
 	}
 	if all := g.max.cpu.all; all > 0 {
 		f.otherShare = float64(g.max.cpu.used["other"]) / float64(all)
@@ -109,6 +111,7 @@ func printTable(w io.Writer, f figures) {
 		fmt.Fprintf(tw, "%s\t%.0f\t%s\t|\t%s\t\n", r.name, r.rate, lat, strings.Join(cpu, "\t"))
 	}
 	tw.Flush()
+	printStages(w, f.stages[0], f.stages[1])
 	fmt.Fprintf(w, "gate / smallest ceiling (%s): %.2f; gate / seed: %.1f; held back %.1f %%; Redis bytes per (recipient, scene): %.0f (MEMORY USAGE of one key: %.0f); others' load: %.0f %% of the machine\n",
 		f.smallestName, f.ceilingRatio, f.baselineRatio, 100*f.heldShare, f.bytesPerPair, f.sampleUsage, 100*f.otherShare)
 }
@@ -153,6 +156,12 @@ func medians(fs []figures) figures {
 		m.naks = max(m.naks, f.naks)
 	}
 	m.smallestName = mostCommon(names)
+	for i := range m.stages {
+		m.stages[i] = stageStats{}
+		for k := range fs[0].stages[i] {
+			m.stages[i][k] = median(fs, func(f figures) float64 { return f.stages[i][k] })
+		}
+	}
 	return m
 }
 

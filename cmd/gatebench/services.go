@@ -26,6 +26,7 @@ type proc struct {
 	cmd  *exec.Cmd
 	done chan error
 	log  string // where its output goes
+	url  string // the gate's HTTP base URL
 }
 
 func start(name, logPath string, env []string, bin string, args ...string) (*proc, error) {
@@ -148,6 +149,7 @@ func startGate(ctx context.Context, bin, dir string, e gateEnv) (*proc, error) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				p.url = fmt.Sprintf("http://127.0.0.1:%d", port)
 				return p, nil
 			}
 		}

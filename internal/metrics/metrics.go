@@ -13,21 +13,22 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	Decisions       *prometheus.CounterVec // scene, outcome
-	DecisionLatency prometheus.Histogram   // seconds, from receipt to effect durable
-	BatchSize       prometheus.Histogram   // messages per decided batch
-	StoreErrors     *prometheus.CounterVec // store: window|audit|nats, op
-	Invalid         *prometheus.CounterVec // scene
-	Unchecked       *prometheus.CounterVec // scene: forwarded without a window check (fail open)
-	Redeliveries    prometheus.Counter     // messages retried after a transient failure
-	Parked          prometheus.Counter     // messages parked on the dead letter after exhausting MaxDeliver
-	ConsumerPending prometheus.Gauge       // messages in GATE_IN not yet delivered to the consumer
-	ConsumerAckPend prometheus.Gauge       // delivered, not yet acked
-	RulesReloads    *prometheus.CounterVec // source
-	RulesReloadErrs *prometheus.CounterVec // source
-	RulesInfo       *prometheus.GaugeVec   // version, source = 1
-	DependencyUp    *prometheus.GaugeVec   // dependency
-	HTTPRequests    *prometheus.CounterVec // route, code
+	Decisions       *prometheus.CounterVec   // scene, outcome
+	DecisionLatency prometheus.Histogram     // seconds, from receipt to effect durable
+	BatchSize       prometheus.Histogram     // messages per decided batch
+	StoreErrors     *prometheus.CounterVec   // store: window|audit|nats, op
+	StoreLatency    *prometheus.HistogramVec // store: window|audit|nats, op; seconds per call
+	Invalid         *prometheus.CounterVec   // scene
+	Unchecked       *prometheus.CounterVec   // scene: forwarded without a window check (fail open)
+	Redeliveries    prometheus.Counter       // messages retried after a transient failure
+	Parked          prometheus.Counter       // messages parked on the dead letter after exhausting MaxDeliver
+	ConsumerPending prometheus.Gauge         // messages in GATE_IN not yet delivered to the consumer
+	ConsumerAckPend prometheus.Gauge         // delivered, not yet acked
+	RulesReloads    *prometheus.CounterVec   // source
+	RulesReloadErrs *prometheus.CounterVec   // source
+	RulesInfo       *prometheus.GaugeVec     // version, source = 1
+	DependencyUp    *prometheus.GaugeVec     // dependency
+	HTTPRequests    *prometheus.CounterVec   // route, code
 }
 
 // New registers the gate's collectors, plus the Go and process collectors,
@@ -48,6 +49,10 @@ func New(reg *prometheus.Registry) *Metrics {
 		}),
 		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gate_store_errors_total", Help: "Failed calls to a dependency, by store (window, audit, nats) and operation.",
+		}, []string{"store", "op"}),
+		StoreLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gate_store_call_seconds", Help: "Duration of one batch's call to a dependency, by store (window, audit, nats) and operation (admit, decided, commit, forward), failed calls included.",
+			Buckets: []float64{.0005, .001, .002, .003, .005, .0075, .01, .015, .02, .03, .05, .1, .2, .5, 1, 2, 5},
 		}, []string{"store", "op"}),
 		Invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gate_invalid_messages_total", Help: "Messages that could not be decided and went to the dead-letter subject.",
@@ -83,7 +88,7 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "gate_http_requests_total", Help: "HTTP requests served, by route and status code.",
 		}, []string{"route", "code"}),
 	}
-	reg.MustRegister(m.Decisions, m.DecisionLatency, m.BatchSize, m.StoreErrors, m.Invalid, m.Unchecked,
+	reg.MustRegister(m.Decisions, m.DecisionLatency, m.BatchSize, m.StoreErrors, m.StoreLatency, m.Invalid, m.Unchecked,
 		m.Redeliveries, m.Parked, m.ConsumerPending, m.ConsumerAckPend, m.RulesReloads, m.RulesReloadErrs,
 		m.RulesInfo, m.DependencyUp, m.HTTPRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

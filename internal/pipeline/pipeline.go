@@ -134,7 +134,9 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 		}
 	}
 	if len(again) > 0 {
+		done := p.timer("audit", "decided")
 		known, err := p.o.Audit.Decided(ctx, again)
+		done()
 		if err != nil {
 			errs := p.failAll(items, "audit", "decided", err)
 			return func() []error { return errs }
@@ -281,7 +283,9 @@ func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item
 	results := make([]gate.AdmitResult, len(items))
 	var storeErr error
 	if len(reqs) > 0 {
+		done := p.timer("window", "admit")
 		res, err := p.o.Store.Admit(ctx, reqs)
+		done()
 		if err == nil && len(res) != len(reqs) {
 			err = fmt.Errorf("admit: %w: store answered %d of %d requests", gate.ErrUnavailable, len(res), len(reqs))
 		}
@@ -357,7 +361,10 @@ func (p *Pipeline) forward(ctx context.Context, rules *gate.RuleSet, items []ite
 	if len(fs) == 0 {
 		return
 	}
-	for k, err := range p.o.Forwarder.Forward(ctx, fs) {
+	done := p.timer("nats", "forward")
+	errs := p.o.Forwarder.Forward(ctx, fs)
+	done()
+	for k, err := range errs {
 		if err != nil {
 			items[idx[k]].err = p.transient("nats", "forward", err)
 		}
@@ -381,7 +388,9 @@ func (p *Pipeline) commit(ctx context.Context, rules *gate.RuleSet, items []item
 	if len(recs) == 0 {
 		return
 	}
+	done := p.timer("audit", "commit")
 	known, err := p.o.Audit.Commit(ctx, recs)
+	done()
 	if err != nil {
 		p.fail(items, func(it *item) bool { return it.err == nil && it.twin < 0 && !it.known }, "audit", "commit", err)
 		return
@@ -479,6 +488,16 @@ func (p *Pipeline) observe(it *item) {
 		m.Unchecked.WithLabelValues(it.msg.Scene).Inc()
 	}
 	m.DecisionLatency.Observe(time.Since(it.d.ReceivedAt).Seconds())
+}
+
+// timer starts timing one call to a dependency; calling what it returns
+// records the call's duration.
+func (p *Pipeline) timer(store, op string) (done func()) {
+	if p.o.Metrics == nil {
+		return func() {}
+	}
+	start := time.Now()
+	return func() { p.o.Metrics.StoreLatency.WithLabelValues(store, op).Observe(time.Since(start).Seconds()) }
 }
 
 func (p *Pipeline) transient(store, op string, err error) error {

@@ -11,6 +11,9 @@ import (
 
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/inmem"
+	"github.com/antifatigue/gate/internal/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // The fakes below stand for the adapters: the pipeline sees them only
@@ -273,5 +276,31 @@ func TestHeadersDecideWithoutTheBody(t *testing.T) {
 	}
 	if got := led.priors["h1"].Outcome; got != gate.OutcomeForward {
 		t.Fatalf("ledger: %q, want forward", got)
+	}
+}
+
+// Every call to a dependency is timed, by store and operation.
+func TestCallsAreTimed(t *testing.T) {
+	_, led, out := newPipeline(t)
+	m := metrics.New(prometheus.NewRegistry())
+	rs := &gate.RuleSet{UnknownScene: gate.ActionForward, Scenes: map[string]gate.SceneRule{
+		"s": {OnExceed: gate.ActionSuppress, Limits: []gate.Limit{{Window: time.Hour, Max: 100}}},
+	}}
+	p, err := New(Options{Rules: staticRules{rs}, Store: admitAll{}, Audit: led, Forwarder: out, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := deliveries("b")
+	again[0].NumDelivered = 2
+	noErrors(t, p.Handle(t.Context(), append(deliveries("a"), again...)))
+	for _, c := range [][2]string{{"window", "admit"}, {"audit", "decided"}, {"audit", "commit"}, {"nats", "forward"}} {
+		h := m.StoreLatency.WithLabelValues(c[0], c[1]).(prometheus.Histogram)
+		var d dto.Metric
+		if err := h.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		if n := d.GetHistogram().GetSampleCount(); n != 1 {
+			t.Errorf("gate_store_call_seconds{store=%q,op=%q}: %d calls, want 1", c[0], c[1], n)
+		}
 	}
 }
