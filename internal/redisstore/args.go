@@ -7,15 +7,18 @@ import (
 	"github.com/antifatigue/gate/internal/gate"
 )
 
-// call is one EVALSHA of admit.lua: its KEYS and ARGV.
+// call is one EVALSHA of admit.lua: the requests [lo, hi) of a batch, their
+// KEYS and ARGV.
 type call struct {
-	keys []string
-	args []any
+	lo, hi int
+	keys   []string
+	args   []any
 }
 
-// buildCalls turns a batch into script calls. It is on the hot path: the
-// keys and arguments of the whole batch share one allocation each.
-func (s *Store) buildCalls(reqs []gate.AdmitRequest) ([]call, error) {
+// buildCalls turns a batch into script calls of up to perCall requests
+// each. It is on the hot path: the keys and arguments of the whole batch
+// share one allocation each.
+func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) ([]call, error) {
 	nargs := 0
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
@@ -23,17 +26,20 @@ func (s *Store) buildCalls(reqs []gate.AdmitRequest) ([]call, error) {
 		}
 		nargs += 4 + 2*(len(reqs[i].Limits)+len(reqs[i].Caps))
 	}
-	calls := make([]call, len(reqs))
+	perCall = max(perCall, 1)
+	calls := make([]call, 0, (len(reqs)+perCall-1)/perCall)
 	keys := make([]string, 2*len(reqs))
 	args := make([]any, 0, nargs)
-	for i := range reqs {
-		r := &reqs[i]
-		k := keys[2*i : 2*i+2 : 2*i+2]
-		escaped := escape(r.Recipient)
-		k[0], k[1] = s.sceneKey(escaped, r.Scene), s.capKey(escaped)
+	for lo := 0; lo < len(reqs); lo += perCall {
+		hi := min(lo+perCall, len(reqs))
 		start := len(args)
-		args = appendArgs(args, r)
-		calls[i] = call{keys: k, args: args[start:len(args):len(args)]}
+		for i := lo; i < hi; i++ {
+			r := &reqs[i]
+			escaped := escape(r.Recipient)
+			keys[2*i], keys[2*i+1] = s.sceneKey(escaped, r.Scene), s.capKey(escaped)
+			args = appendArgs(args, r)
+		}
+		calls = append(calls, call{lo: lo, hi: hi, keys: keys[2*lo : 2*hi : 2*hi], args: args[start:len(args):len(args)]})
 	}
 	return calls, nil
 }

@@ -14,32 +14,54 @@ func TestBuildCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls, err := s.buildCalls([]gate.AdmitRequest{
+	reqs := []gate.AdmitRequest{
 		{ID: "a", Recipient: "open_id:x", Scene: "s", Force: true,
 			Limits: []gate.Limit{{Window: time.Hour, Max: 1}, {Window: 1500 * time.Microsecond, Max: 3}},
 			Caps:   []gate.Limit{{Window: 24 * time.Hour, Max: 20}}},
 		{ID: "b", Recipient: "open_id:y", Scene: "t"},
-	})
-	if err != nil {
-		t.Fatal(err)
+		{ID: "c", Recipient: "open_id:z", Scene: "u", Limits: []gate.Limit{{Window: time.Second, Max: 2}}},
 	}
-	want := []call{
-		{keys: []string{"p:{open_id:x}:s:s", "p:{open_id:x}:c"}, args: []any{member("a"), 1, 2, 1, int64(3600000), 1, int64(2), 3, int64(86400000), 20}},
-		{keys: []string{"p:{open_id:y}:s:t", "p:{open_id:y}:c"}, args: []any{member("b"), 0, 0, 0}},
+	ka, aa := []string{"p:{open_id:x}:s:s", "p:{open_id:x}:c"}, []any{member("a"), 1, 2, 1, int64(3600000), 1, int64(2), 3, int64(86400000), 20}
+	kb, ab := []string{"p:{open_id:y}:s:t", "p:{open_id:y}:c"}, []any{member("b"), 0, 0, 0}
+	kc, ac := []string{"p:{open_id:z}:s:u", "p:{open_id:z}:c"}, []any{member("c"), 0, 1, 0, int64(1000), 2}
+	tests := []struct {
+		perCall int
+		want    []call
+	}{
+		{1, []call{{0, 1, ka, aa}, {1, 2, kb, ab}, {2, 3, kc, ac}}},
+		{2, []call{{0, 2, concat(ka, kb), concat(aa, ab)}, {2, 3, kc, ac}}},
+		{64, []call{{0, 3, concat(ka, kb, kc), concat(aa, ab, ac)}}},
 	}
-	for i := range want {
-		if got := calls[i]; !equalCall(got, want[i]) {
-			t.Errorf("call %d = %#v, want %#v", i, got, want[i])
+	for _, tt := range tests {
+		calls, err := s.buildCalls(reqs, tt.perCall)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	// Appending to one call's args must not overwrite the next call's.
-	if c := calls[0].args; cap(c) != len(c) {
-		t.Errorf("call 0 args have spare capacity %d", cap(c)-len(c))
+		if len(calls) != len(tt.want) {
+			t.Fatalf("%d per call: %d calls, want %d", tt.perCall, len(calls), len(tt.want))
+		}
+		for i := range tt.want {
+			if got := calls[i]; !equalCall(got, tt.want[i]) {
+				t.Errorf("%d per call: call %d = %#v, want %#v", tt.perCall, i, got, tt.want[i])
+			}
+			// Appending to one call's args must not overwrite the next call's.
+			if c := calls[i].args; cap(c) != len(c) {
+				t.Errorf("%d per call: call %d args have spare capacity %d", tt.perCall, i, cap(c)-len(c))
+			}
+		}
 	}
 }
 
+func concat[T any](s ...[]T) []T {
+	var out []T
+	for _, x := range s {
+		out = append(out, x...)
+	}
+	return out
+}
+
 func equalCall(a, b call) bool {
-	if len(a.keys) != len(b.keys) || len(a.args) != len(b.args) {
+	if a.lo != b.lo || a.hi != b.hi || len(a.keys) != len(b.keys) || len(a.args) != len(b.args) {
 		return false
 	}
 	for i := range a.keys {
@@ -72,7 +94,7 @@ func BenchmarkBuildCalls(b *testing.B) {
 		b.Run(map[int]string{1: "batch1", 64: "batch64"}[n], func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.buildCalls(reqs); err != nil {
+				if _, err := s.buildCalls(reqs, perCallSingle); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -64,21 +64,24 @@ func BenchmarkAdmit(b *testing.B) {
 		{"fresh", nil},
 		{"steady", full},
 	} {
-		b.Run(tc.name, func(b *testing.B) {
-			cpu0 := redisCPU(b, raw)
-			calls := 0
-			for b.Loop() {
-				rcpt := tc.recipient
-				if rcpt == nil {
-					prefix := testenv.Unique("ou")
-					rcpt = func(i int) string { return "open_id:" + prefix + strconv.Itoa(i) }
+		for _, perCall := range []int{1, perCallSingle} {
+			b.Run(fmt.Sprintf("%s/per-call=%d", tc.name, perCall), func(b *testing.B) {
+				s.perCall = perCall
+				cpu0 := redisCPU(b, raw)
+				calls := 0
+				for b.Loop() {
+					rcpt := tc.recipient
+					if rcpt == nil {
+						prefix := testenv.Unique("ou")
+						rcpt = func(i int) string { return "open_id:" + prefix + strconv.Itoa(i) }
+					}
+					admit(b, newBatch(rcpt))
+					calls += batch
 				}
-				admit(b, newBatch(rcpt))
-				calls += batch
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(calls), "ns/call")
-			b.ReportMetric((redisCPU(b, raw)-cpu0).Seconds()*1e6/float64(calls), "redis-µs/call")
-		})
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(calls), "ns/call")
+				b.ReportMetric((redisCPU(b, raw)-cpu0).Seconds()*1e6/float64(calls), "redis-µs/call")
+			})
+		}
 	}
 }
 
