@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -37,7 +38,10 @@ func (s *server) timeseries(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	scene := q.Get("scene")
+	scene, err := textParam(q, "scene")
+	if err != nil {
+		return err
+	}
 	hours, err := s.o.Trends.Timeseries(r.Context(), since, until, scene)
 	if err != nil {
 		return err
@@ -164,7 +168,26 @@ func suppressionFilter(q url.Values) (gate.SuppressionFilter, error) {
 	if err != nil {
 		return gate.SuppressionFilter{}, err
 	}
-	return gate.SuppressionFilter{Scene: q.Get("scene"), Recipient: q.Get("recipient"), Since: since, Until: until}, nil
+	scene, err := textParam(q, "scene")
+	if err != nil {
+		return gate.SuppressionFilter{}, err
+	}
+	recipient, err := textParam(q, "recipient")
+	if err != nil {
+		return gate.SuppressionFilter{}, err
+	}
+	return gate.SuppressionFilter{Scene: scene, Recipient: recipient, Since: since, Until: until}, nil
+}
+
+// textParam reads a filter that is compared with stored text: it must be
+// UTF-8 without NUL bytes, which no scene or recipient holds and which
+// PostgreSQL refuses in a query.
+func textParam(q url.Values, name string) (string, error) {
+	v := q.Get(name)
+	if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+		return "", badRequest("%s must be UTF-8 text without NUL bytes", name)
+	}
+	return v, nil
 }
 
 // timeRange reads since and until; until before since is a bad request.

@@ -128,6 +128,12 @@ func TestStatusCodesAndErrorBodies(t *testing.T) {
 		{"GET", "/v1/reports/top-recipients?limit=", true, http.StatusBadRequest},
 		{"GET", "/v1/suppressions?limit=1001", true, http.StatusBadRequest},
 		{"GET", "/v1/suppressions?cursor=x", true, http.StatusBadRequest},
+		// PostgreSQL refuses NUL bytes and invalid UTF-8 in a query: the
+		// mistake is the caller's, not a server error.
+		{"GET", "/v1/suppressions?recipient=%00", true, http.StatusBadRequest},
+		{"GET", "/v1/suppressions?scene=%FF", true, http.StatusBadRequest},
+		{"GET", "/v1/suppressions.csv?scene=a%00b", true, http.StatusBadRequest},
+		{"GET", "/v1/reports/timeseries?scene=%00", true, http.StatusBadRequest},
 		{"GET", "/v1/suppressions.csv?limit=100001", true, http.StatusBadRequest},
 		{"POST", "/v1/rules", true, http.StatusMethodNotAllowed},
 		{"DELETE", "/v1/suppressions.csv", true, http.StatusMethodNotAllowed},
