@@ -124,6 +124,10 @@
     for (const f of FIELDS) tr.appendChild(el('td', num(s[f]), { 'data-field': f, 'data-value': s[f] || 0 }));
     const shadow = (s.shadow_suppressed || 0) + (s.shadow_dropped || 0);
     tr.appendChild(el('td', num(shadow), { 'data-field': 'shadow', 'data-value': shadow }));
+    const unchecked = s.forwarded_unchecked || 0;
+    const attrs = { 'data-field': 'unchecked', 'data-value': unchecked };
+    if (unchecked) attrs.class = 'hot';
+    tr.appendChild(el('td', num(unchecked), attrs));
     const held = (s.suppressed || 0) + (s.dropped || 0);
     tr.appendChild(el('td', rate(held, s.received), { 'data-field': 'rate', class: held ? 'rate hot' : 'rate' }));
     return tr;
