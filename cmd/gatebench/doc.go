@@ -8,11 +8,11 @@
 //     100,000 recipients under a rule set of several scenes with two windows
 //     each and a recipient cap (about 30 % held back); decided messages per
 //     second at the publisher's full speed, then the latency from publish to
-//     outcome at half that rate. Each envelope goes with the headers
-//     Nats-Msg-Id, Gate-Scene, Gate-Recipient and Gate-Priority, so the gate
-//     decides it without decoding the body; GATE_BENCH_HEADERS=0 (or
-//     -headers=false) sends bodies alone. The first line and the summary say
-//     which;
+//     outcome at half that rate (or GATE_BENCH_SECOND_RATE). Envelopes go
+//     as bodies alone, as the contract's producers send them;
+//     GATE_BENCH_HEADERS=1 (or -headers) adds the headers Nats-Msg-Id,
+//     Gate-Scene, Gate-Recipient and Gate-Priority, so the gate decides
+//     without decoding the body. The first line and the summary say which;
 //   - the ceilings, on the same services: JetStream consume + ack doing no
 //     work, the gate's own Redis script with the gate's pipelining, and the
 //     gate's audit commit;

@@ -134,7 +134,11 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 		return res, err
 	}
 	res.max.stages = afterMax.since(before)
-	if res.half, err = measure(ctx, r.pub, "gate.in", watch, meter, work.half, res.max.rate/2); err != nil {
+	second := res.max.rate / 2
+	if r.cfg.secondRate > 0 {
+		second = r.cfg.secondRate
+	}
+	if res.half, err = measure(ctx, r.pub, "gate.in", watch, meter, work.half, second); err != nil {
 		return res, fmt.Errorf("gate at half rate: %w", err)
 	}
 	afterHalf, err := scrapeGate(g.url + "/metrics")

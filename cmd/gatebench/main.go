@@ -36,6 +36,7 @@ func main() {
 type config struct {
 	n, runs, recipients, seedN, memPairs int
 	batch, workers, maxAckPending        int
+	secondRate                           float64
 	redisURL, databaseURL                string
 	gateBin, natsBin                     string
 	gateEnv                              []string
@@ -59,6 +60,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		}
 		return n
 	}
+	envFloat := func(key string, def float64) float64 {
+		f, err := strconv.ParseFloat(env(key, ""), 64)
+		if err != nil {
+			return def
+		}
+		return f
+	}
 	c := &config{}
 	fs.IntVar(&c.n, "n", envInt("GATE_BENCH_N", 200_000), "messages at full speed (GATE_BENCH_N); half as many follow at half the rate")
 	fs.IntVar(&c.runs, "runs", envInt("GATE_BENCH_RUNS", 3), "runs; the summary gives each figure's median (GATE_BENCH_RUNS)")
@@ -72,7 +80,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.databaseURL, "database-url", env("GATE_BENCH_DATABASE_URL", env("GATE_TEST_DATABASE_URL", "")), "PostgreSQL; each run uses fresh schemas")
 	fs.StringVar(&c.gateBin, "gate-bin", env("GATE_BENCH_GATE_BIN", "bin/gate"), "the gate binary")
 	fs.StringVar(&c.natsBin, "nats-bin", env("GATE_BENCH_NATS_BIN", "bin/nats-server"), "the nats-server binary, run as a process of its own")
-	fs.BoolVar(&c.headers, "headers", getenv("GATE_BENCH_HEADERS") != "0", "publish each envelope with the headers Nats-Msg-Id, Gate-Scene, Gate-Recipient, Gate-Priority, so the gate decides without decoding the body; GATE_BENCH_HEADERS=0 sends bodies alone (GATE_BENCH_HEADERS)")
+	fs.Float64Var(&c.secondRate, "second-rate", envFloat("GATE_BENCH_SECOND_RATE", 0), "the rate of the second phase, in messages per second; 0 means half the rate of the first (GATE_BENCH_SECOND_RATE). A fixed rate compares two gates at equal load")
+	fs.BoolVar(&c.headers, "headers", getenv("GATE_BENCH_HEADERS") == "1", "publish each envelope with the headers Nats-Msg-Id, Gate-Scene, Gate-Recipient, Gate-Priority, so the gate decides without decoding the body; by default bodies go alone, as the contract's producers send them (GATE_BENCH_HEADERS=1)")
 	fs.BoolVar(&c.keep, "keep", getenv("GATE_BENCH_KEEP") != "", "keep each run's folder: the logs of the gate and nats-server, and the stream store (GATE_BENCH_KEEP)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -102,10 +111,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 
 // mode says how the envelopes are published.
 func (c *config) mode() string {
+	m := "headers off (bodies alone: the gate decodes each body)"
 	if c.headers {
-		return "headers on (Nats-Msg-Id, Gate-Scene, Gate-Recipient, Gate-Priority: the gate's header fast path)"
+		m = "headers on (Nats-Msg-Id, Gate-Scene, Gate-Recipient, Gate-Priority: the gate's header fast path)"
 	}
-	return "headers off (bodies alone: the gate decodes each body)"
+	if c.secondRate > 0 {
+		m += fmt.Sprintf("; the \"half rate\" phase runs at a fixed %.0f msgs/s", c.secondRate)
+	}
+	return m
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// Envelopes go with the header fast path's headers unless
-// GATE_BENCH_HEADERS is "0" or -headers=false.
+// Envelopes go with the header fast path's headers only with
+// GATE_BENCH_HEADERS=1 or -headers.
 func TestConfigHeaders(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin")
@@ -20,7 +20,7 @@ func TestConfigHeaders(t *testing.T) {
 		args []string
 		want bool
 	}{
-		{"", nil, true},
+		{"", nil, false},
 		{"1", nil, true},
 		{"0", nil, false},
 		{"0", []string{"-headers"}, true},
