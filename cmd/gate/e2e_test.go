@@ -230,6 +230,30 @@ func testContract(t *testing.T, kind stack) {
 		}
 	})
 
+	t.Run("an id published again after its window reopened keeps its first outcome", func(t *testing.T) {
+		// Without a Nats-Msg-Id header GATE_IN does not de-duplicate, so the
+		// copy reaches the gate as a first delivery, which is not looked up
+		// before deciding: the window admits it, the commit finds it decided.
+		to := u("again")
+		before := g.summary()["t.sliding"]
+		m := func(i int) msg { return msg{ID: fmt.Sprintf("%s-%d", to, i), Scene: "t.sliding", To: to} }
+		c.send(m(1)) // admitted
+		c.send(m(2)) // suppressed: 1/2s is full
+		time.Sleep(2100 * time.Millisecond)
+		c.send(m(2)) // the 2s window has room now; m2 keeps its suppression
+		c.send(m(3)) // admitted only if m2's second admission was taken out again
+		if got, _ := c.forwarded(to); !slices.Equal(got, []string{m(1).ID, m(3).ID}) {
+			t.Errorf("forwarded %v, want %s and %s", got, m(1).ID, m(3).ID)
+		}
+		if rows := g.suppressions(recipientQuery(to)); len(rows) != 1 || rows[0].MessageID != m(2).ID {
+			t.Errorf("rows = %+v, want one row for %s", rows, m(2).ID)
+		}
+		after := g.summary()["t.sliding"]
+		if d := after.Received - before.Received; d != 3 {
+			t.Errorf("received grew by %d, want 3", d)
+		}
+	})
+
 	t.Run("many messages at once never over-admit", func(t *testing.T) {
 		to := u("burst")
 		var ms []msg
