@@ -114,7 +114,8 @@ func (p *Pipeline) Handle(ctx context.Context, batch []gate.Delivery) []error {
 //
 // Two safeguards keep the guarantees of one batch at a time:
 //   - a batch holding an id that a batch in flight holds too starts only
-//     once that batch has finished, so its ledger lookup sees the outcome;
+//     once that batch has finished, so its lookup or its claim meets that
+//     batch's outcome;
 //   - forwards are published in the order the batches started, so a
 //     recipient's messages reach the outbound stream in the order decided.
 //
