@@ -27,11 +27,15 @@ type Options struct {
 	// Now is the clock for messages no window store decides (unknown scenes,
 	// invalid messages); time.Now by default.
 	Now func() time.Time
-	// ReplayWithin is how old a forward may be and still be published again
-	// when its message comes back after the decision was committed (a crash
-	// between commit and publish). It must be shorter than the outbound
-	// stream's duplicate window, which absorbs the copies; 0 means
-	// DefaultReplayWithin.
+	// ReplayWithin bounds the replay of a forward for a first delivery whose
+	// id the commit found decided as a forward: within it, the delivery is
+	// taken for the same message come back (a nats-server restarted
+	// uncleanly can deliver a message again as if for the first time), and
+	// the forward is published again; beyond it, for a producer's second
+	// publish of the id, which gets no second forward. A redelivered message
+	// always gets its committed forward published again. It should be
+	// shorter than the outbound stream's duplicate window, which absorbs the
+	// copies; 0 means DefaultReplayWithin.
 	ReplayWithin time.Duration
 }
 
@@ -332,7 +336,11 @@ func (p *Pipeline) storeDown(items []item, err error) {
 
 // forward publishes every message whose committed outcome is a forward and
 // waits for the stream to store them: those this batch decided, and those
-// decided before (within ReplayWithin), whose publish may have been lost.
+// decided before whose publish may have been lost in a crash between commit
+// and publish: every redelivered one, and a first delivery decided within
+// ReplayWithin. A forward is lost only if it is never published; one
+// published twice more than GATE_OUT's duplicate window apart (all gates down
+// that long) reaches downstream twice.
 func (p *Pipeline) forward(ctx context.Context, rules *gate.RuleSet, items []item) {
 	var fs []gate.Forward
 	var idx []int
@@ -343,7 +351,7 @@ func (p *Pipeline) forward(ctx context.Context, rules *gate.RuleSet, items []ite
 		case it.err != nil || it.twin >= 0 || it.invalid != nil:
 			continue
 		case it.known:
-			if it.prior.Outcome != gate.OutcomeForward || it.prior.At.Before(replayAfter) {
+			if it.prior.Outcome != gate.OutcomeForward || (it.d.NumDelivered <= 1 && it.prior.At.Before(replayAfter)) {
 				continue
 			}
 			fs = append(fs, gate.Forward{MessageID: it.msg.ID, Scene: it.msg.Scene, RulesVersion: rules.Version, Data: it.msg.Raw})

@@ -241,26 +241,38 @@ func TestRepublishedIDKeepsFirstOutcome(t *testing.T) {
 
 // A message that comes back after its forward was committed publishes the
 // forward again (the outbound stream keeps one copy): the first publish may
-// have been lost in a crash between commit and publish. Only forwards are
-// published again, and only within ReplayWithin.
-func TestRedeliveredForwardIsPublishedAgain(t *testing.T) {
+// have been lost in a crash between commit and publish. A redelivered
+// message always does, however old the decision: a lost forward is worse
+// than a late copy. A first delivery of an id decided as a forward does
+// within ReplayWithin (a nats-server restarted uncleanly can deliver a
+// message again as if for the first time), and beyond it is a producer's
+// second publish, which gets no second forward. Only forwards are replayed.
+func TestCommittedForwardIsPublishedAgain(t *testing.T) {
 	p, led, out := newPipeline(t)
 	now := time.Now()
+	old := now.Add(-2 * DefaultReplayWithin)
 	led.priors = map[string]gate.Prior{
 		"lost":       {Outcome: gate.OutcomeForward, At: now.Add(-time.Minute)},
 		"suppressed": {Outcome: gate.OutcomeSuppress, At: now.Add(-time.Minute)},
-		"old":        {Outcome: gate.OutcomeForward, At: now.Add(-2 * DefaultReplayWithin)},
+		"old":        {Outcome: gate.OutcomeForward, At: old},
 	}
 	ds := deliveries("lost", "suppressed", "old", "new")
 	for i := range ds {
 		ds[i].NumDelivered = 2
 	}
 	noErrors(t, p.Handle(t.Context(), ds))
-	if got, want := out.forwarded(), []string{"lost", "new"}; !slices.Equal(got, want) {
-		t.Fatalf("forwarded %v, want %v", got, want)
+	if got, want := out.forwarded(), []string{"lost", "old", "new"}; !slices.Equal(got, want) {
+		t.Fatalf("redelivered: forwarded %v, want %v", got, want)
 	}
 	if got := led.commits; !maps.Equal(got, map[string]int{"new": 1}) {
 		t.Fatalf("claims %v, want only new", got)
+	}
+
+	led.priors["recent"] = gate.Prior{Outcome: gate.OutcomeForward, At: now.Add(-time.Minute)}
+	led.priors["republished"] = gate.Prior{Outcome: gate.OutcomeForward, At: old}
+	noErrors(t, p.Handle(t.Context(), deliveries("recent", "republished")))
+	if got, want := out.forwarded(), []string{"lost", "old", "new", "recent"}; !slices.Equal(got, want) {
+		t.Fatalf("first deliveries: forwarded %v, want %v", got, want)
 	}
 }
 
