@@ -41,14 +41,8 @@ func TestParseMessage(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ParseMessage([]byte(tt.data), tt.headerID, 0)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !IsInvalid(err) {
-					t.Fatalf("err = %v, want an invalid-message error containing %q", err, tt.wantErr)
-				}
+			if !parsed(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
 			}
 			got.Raw = nil
 			if !reflect.DeepEqual(got, tt.want) {
@@ -150,14 +144,8 @@ func TestParseDelivery(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ParseDelivery(tt.d, 0)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !IsInvalid(err) {
-					t.Fatalf("err = %v, want an invalid-message error containing %q", err, tt.wantErr)
-				}
+			if !parsed(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
 			}
 			if len(got.Raw) != len(tt.d.Data) || &got.Raw[0] != &tt.d.Data[0] {
 				t.Errorf("Raw is not the delivery's bytes")
@@ -241,4 +229,21 @@ func FuzzParseDelivery(f *testing.F) {
 			}
 		}
 	})
+}
+
+// parsed checks a parse's error against wantErr: an invalid-message error
+// containing it, or no error when it is empty. It reports whether the parse
+// succeeded, so that the caller goes on to check the message.
+func parsed(t *testing.T, err error, wantErr string) bool {
+	t.Helper()
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) || !IsInvalid(err) {
+			t.Fatalf("err = %v, want an invalid-message error containing %q", err, wantErr)
+		}
+		return false
+	}
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	return true
 }

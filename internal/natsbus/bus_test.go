@@ -28,6 +28,16 @@ func startServer(t *testing.T) *nats.Conn {
 	return nc
 }
 
+// newBus is a Bus with the default options on a fresh embedded server.
+func newBus(ctx context.Context, t *testing.T) *Bus {
+	t.Helper()
+	b, err := New(ctx, startServer(t), Options{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestNewCreatesStreams(t *testing.T) {
 	nc := startServer(t)
 	ctx := t.Context()
@@ -73,12 +83,8 @@ func TestNewRejectsAStreamWithoutItsSubject(t *testing.T) {
 }
 
 func TestForwardIsIdempotentAndCarriesHeaders(t *testing.T) {
-	nc := startServer(t)
 	ctx := t.Context()
-	b, err := New(ctx, nc, Options{}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newBus(ctx, t)
 	f := gate.Forward{MessageID: "m1", Scene: "s", RulesVersion: "v1", ShadowOf: gate.ActionSuppress, Data: []byte(`{"id":"m1"}`)}
 	for range 2 {
 		for i, err := range b.Forward(ctx, []gate.Forward{f}) {
@@ -194,13 +200,9 @@ func TestConsumeSettlesEachMessage(t *testing.T) {
 // The producer's headers reach the handler, for the header fast path; a
 // message without headers has none.
 func TestConsumeReadsProducerHeaders(t *testing.T) {
-	nc := startServer(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	b, err := New(ctx, nc, Options{}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newBus(ctx, t)
 	js := b.JetStream()
 	with := nats.NewMsg("gate.in")
 	with.Data = []byte("with")

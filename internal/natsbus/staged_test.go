@@ -2,7 +2,6 @@ package natsbus
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"testing"
 	"time"
@@ -13,13 +12,9 @@ import (
 // ConsumeStaged starts batches one at a time in stream order, keeps up to
 // InFlight of them unfinished, and acks a batch only once it has finished.
 func TestConsumeStagedKeepsBatchesInFlight(t *testing.T) {
-	nc := startServer(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	b, err := New(ctx, nc, Options{}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newBus(ctx, t)
 	js := b.JetStream()
 	const n = 6
 	for i := range n {
