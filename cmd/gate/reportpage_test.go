@@ -245,7 +245,7 @@ func TestReportPageInBrowser(t *testing.T) {
 		for scene, s := range want {
 			exp := map[string]int64{"received": s.Received, "forwarded": s.Forwarded, "suppressed": s.Suppressed,
 				"dropped": s.Dropped, "invalid": s.Invalid, "shadow": s.ShadowSuppressed + s.ShadowDropped,
-				"unchecked": s.ForwardedUnchecked}
+				"unchecked": s.ForwardedUnchecked, "parked": s.Parked}
 			if got := dom[scene]; fmt.Sprint(got) != fmt.Sprint(exp) {
 				t.Errorf("scene %s: page shows %v, API says %v", scene, got, exp)
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -46,6 +48,20 @@ func newLogger(c *config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// countParked counts a message parked after exhausting its deliveries in
+// its scene's hourly counters (received and parked), once: its ledger key
+// is its GATE_IN sequence with its id, so a second park of the same message
+// changes nothing. The scene is read as a decision would read it; a message
+// that cannot be read counts under no scene, as invalid ones do.
+func countParked(audit gate.AuditLog, maxBytes int) func(ctx context.Context, d gate.Delivery) error {
+	return func(ctx context.Context, d gate.Delivery) error {
+		msg, _ := gate.ParseDelivery(d, maxBytes)
+		key := "parked:" + strconv.FormatUint(d.Seq, 10) + ":" + cmp.Or(msg.ID, d.HeaderID)
+		_, err := audit.Commit(ctx, []gate.Record{{Key: key, Scene: msg.Scene, Outcome: gate.OutcomeParked, At: time.Now()}})
+		return err
+	}
 }
 
 // Garbage collector defaults of gate serve, where GOGC and GOMEMLIMIT are
@@ -169,7 +185,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		// With a delivery limit, what exhausts it is parked, not left
 		// behind in GATE_IN.
 		wg.Go(func() {
-			if err := bus.ParkExhausted(consumeCtx, natsbus.ParkOptions{Metrics: m}); err != nil {
+			if err := bus.ParkExhausted(consumeCtx, natsbus.ParkOptions{Metrics: m, OnParked: countParked(audit, c.MaxMessageBytes)}); err != nil {
 				log.Error("parking of exhausted messages stopped", "err", err)
 			}
 		})

@@ -2,12 +2,15 @@ package faulttest
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/httpapi"
 	"github.com/antifatigue/gate/internal/natsbus"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -257,6 +260,27 @@ func TestMaxDeliverParksExhausted(t *testing.T) {
 	}
 	if got := int(g.metric("gate_parked_messages_total")); got != held {
 		t.Errorf("gate_parked_messages_total = %d, want %d", got, held)
+	}
+	// The summary counts them, once each, under their scene.
+	code, body, err := g.get("/v1/reports/summary")
+	if err != nil || code != 200 {
+		t.Fatalf("GET /v1/reports/summary: %d %v", code, err)
+	}
+	var sum httpapi.Summary
+	if err := json.Unmarshal(body, &sum); err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range sum.Scenes {
+		want := gate.SceneSummary{Scene: sc.Scene}
+		switch sc.Scene {
+		case "f.hold":
+			want.Received, want.Parked = int64(held), int64(held)
+		case "f.unknown":
+			want.Received, want.Forwarded = int64(len(msgs)-held), int64(len(msgs)-held)
+		}
+		if sc != want {
+			t.Errorf("summary of %q: %+v, want %+v", sc.Scene, sc, want)
+		}
 	}
 	t.Logf("FAULT max deliveries (3) with redis down: in %d (%d retry scene) | out: parked %d, forwarded %d | all settled %s after the last publish (%s in all)",
 		len(msgs), held, len(parked), len(forwarded), took.Round(10*time.Millisecond), time.Since(t0).Round(10*time.Millisecond))

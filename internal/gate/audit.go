@@ -15,6 +15,9 @@ const (
 	OutcomeSuppress Outcome = "suppress"
 	OutcomeDrop     Outcome = "drop"
 	OutcomeInvalid  Outcome = "invalid"
+	// OutcomeParked is a message that exhausted its deliveries (the gate
+	// consumer's MaxDeliver) undecided and was parked on the dead letter.
+	OutcomeParked Outcome = "parked"
 )
 
 // Suppression is one audit row: a message held back, or, in shadow mode,
@@ -107,6 +110,10 @@ type SceneSummary struct {
 	// ForwardedUnchecked counts forwards made without a window check while
 	// the window store was unavailable (on_store_error: forward).
 	ForwardedUnchecked int64 `json:"forwarded_unchecked"`
+	// Parked counts messages that exhausted GATE_MAX_DELIVER deliveries
+	// undecided (say, a retry scene while the window store stayed down) and
+	// were parked on the dead letter.
+	Parked int64 `json:"parked"`
 }
 
 // Reports answers report queries. Bad filters or cursors wrap ErrBadRequest.

@@ -109,7 +109,7 @@ func uniqueRecords(recs []gate.Record) ([]gate.Record, error) {
 			return nil, fmt.Errorf("record %d (%s): %w: zero time", i, r.Key, gate.ErrBadRequest)
 		}
 		switch r.Outcome {
-		case gate.OutcomeForward, gate.OutcomeSuppress, gate.OutcomeDrop, gate.OutcomeInvalid:
+		case gate.OutcomeForward, gate.OutcomeSuppress, gate.OutcomeDrop, gate.OutcomeInvalid, gate.OutcomeParked:
 		default:
 			return nil, fmt.Errorf("record %d (%s): %w: unknown outcome %q", i, r.Key, gate.ErrBadRequest, r.Outcome)
 		}
@@ -191,7 +191,8 @@ const addCounts = ` ON CONFLICT (scene, hour) DO UPDATE SET
 	invalid = scene_counters.invalid + excluded.invalid,
 	shadow_suppressed = scene_counters.shadow_suppressed + excluded.shadow_suppressed,
 	shadow_dropped = scene_counters.shadow_dropped + excluded.shadow_dropped,
-	forwarded_unchecked = scene_counters.forwarded_unchecked + excluded.forwarded_unchecked`
+	forwarded_unchecked = scene_counters.forwarded_unchecked + excluded.forwarded_unchecked,
+	parked = scene_counters.parked + excluded.parked`
 
 // sceneHour is one row of scene_counters.
 type sceneHour struct {
@@ -226,13 +227,13 @@ func (s *Store) addCounts(tx *gorm.DB, recs []gate.Record) error {
 		return cmp.Or(strings.Compare(a.Scene, b.Scene), a.hour.Compare(b.hour))
 	})
 	for chunk := range slices.Chunk(rows, chunkRows) {
-		args := make([]any, 0, 10*len(chunk))
+		args := make([]any, 0, 11*len(chunk))
 		for _, c := range chunk {
 			args = append(args, c.Scene, s.dbTime(c.hour), c.Received, c.Forwarded, c.Suppressed, c.Dropped,
-				c.Invalid, c.ShadowSuppressed, c.ShadowDropped, c.ForwardedUnchecked)
+				c.Invalid, c.ShadowSuppressed, c.ShadowDropped, c.ForwardedUnchecked, c.Parked)
 		}
 		err := tx.Exec(multiRow(`INSERT INTO scene_counters (scene, hour, received, forwarded, suppressed, dropped,
-	invalid, shadow_suppressed, shadow_dropped, forwarded_unchecked)`, 10, len(chunk))+``+addCounts, args...).Error
+	invalid, shadow_suppressed, shadow_dropped, forwarded_unchecked, parked)`, 11, len(chunk))+``+addCounts, args...).Error
 		if err != nil {
 			return fmt.Errorf("add counters: %w", err)
 		}
@@ -264,6 +265,8 @@ func count(c *gate.SceneSummary, r gate.Record) {
 		c.Dropped++
 	case gate.OutcomeInvalid:
 		c.Invalid++
+	case gate.OutcomeParked:
+		c.Parked++
 	}
 }
 

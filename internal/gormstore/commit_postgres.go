@@ -43,13 +43,13 @@ const commitPostgres = `WITH claimed AS (
 	ON CONFLICT (message_id) DO NOTHING
 ), counted AS (
 	INSERT INTO scene_counters (scene, hour, received, forwarded, suppressed, dropped, invalid,
-		shadow_suppressed, shadow_dropped, forwarded_unchecked)
+		shadow_suppressed, shadow_dropped, forwarded_unchecked, parked)
 	SELECT scene, hour, sum(received), sum(forwarded), sum(suppressed), sum(dropped), sum(invalid),
-		sum(shadow_suppressed), sum(shadow_dropped), sum(forwarded_unchecked)
+		sum(shadow_suppressed), sum(shadow_dropped), sum(forwarded_unchecked), sum(parked)
 	FROM unnest($19::text[], $20::text[], $21::timestamptz[], $22::integer[], $23::integer[], $24::integer[],
-		$25::integer[], $26::integer[], $27::integer[], $28::integer[], $29::integer[])
+		$25::integer[], $26::integer[], $27::integer[], $28::integer[], $29::integer[], $30::integer[])
 		AS c("key", scene, hour, received, forwarded, suppressed, dropped, invalid,
-		shadow_suppressed, shadow_dropped, forwarded_unchecked)
+		shadow_suppressed, shadow_dropped, forwarded_unchecked, parked)
 	WHERE "key" IN (SELECT "key" FROM claimed)
 	GROUP BY scene, hour
 	ORDER BY scene, hour` + addCounts + `
@@ -80,7 +80,7 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 		keys, outcomes = make([]string, n), make([]string, n)
 		ats, hours     = make([]time.Time, n), make([]time.Time, n)
 		scenes         = make([]string, n)
-		counts         [8][]int32
+		counts         [9][]int32
 		sup            suppressionColumns
 	)
 	for i := range counts {
@@ -92,8 +92,8 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 		hours[i] = r.At.UTC().Truncate(time.Hour)
 		var c gate.SceneSummary
 		count(&c, r)
-		for j, v := range [8]int64{c.Received, c.Forwarded, c.Suppressed, c.Dropped, c.Invalid,
-			c.ShadowSuppressed, c.ShadowDropped, c.ForwardedUnchecked} {
+		for j, v := range [9]int64{c.Received, c.Forwarded, c.Suppressed, c.Dropped, c.Invalid,
+			c.ShadowSuppressed, c.ShadowDropped, c.ForwardedUnchecked, c.Parked} {
 			counts[j][i] = int32(v)
 		}
 		if r.Suppression != nil {

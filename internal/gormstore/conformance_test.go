@@ -191,6 +191,7 @@ func testCountsByOutcome(t *testing.T, fresh freshFunc) {
 		record("a4", "alpha", gate.OutcomeDrop, t0),
 		record("a5", "alpha", gate.OutcomeInvalid, t0),
 		unchecked,
+		record("parked:7:a7", "alpha", gate.OutcomeParked, t0), // exhausted its deliveries undecided
 		record("seq:9", "", gate.OutcomeInvalid, t0),
 		shadow("s1", gate.ActionSuppress),
 		shadowSup,
@@ -203,7 +204,7 @@ func testCountsByOutcome(t *testing.T, fresh freshFunc) {
 	}
 	want := []gate.SceneSummary{
 		{Scene: "", Received: 1, Invalid: 1},
-		{Scene: "alpha", Received: 6, Forwarded: 3, Suppressed: 1, Dropped: 1, Invalid: 1, ForwardedUnchecked: 1},
+		{Scene: "alpha", Received: 7, Forwarded: 3, Suppressed: 1, Dropped: 1, Invalid: 1, ForwardedUnchecked: 1, Parked: 1},
 		{Scene: "shadowed", Received: 4, Forwarded: 4, ShadowSuppressed: 2, ShadowDropped: 1},
 	}
 	if !slices.Equal(got, want) {

@@ -32,12 +32,12 @@ const (
 const sumCounters = `CAST(SUM(received) AS BIGINT), CAST(SUM(forwarded) AS BIGINT),
 	CAST(SUM(suppressed) AS BIGINT), CAST(SUM(dropped) AS BIGINT), CAST(SUM(invalid) AS BIGINT),
 	CAST(SUM(shadow_suppressed) AS BIGINT), CAST(SUM(shadow_dropped) AS BIGINT),
-	CAST(SUM(forwarded_unchecked) AS BIGINT)`
+	CAST(SUM(forwarded_unchecked) AS BIGINT), CAST(SUM(parked) AS BIGINT)`
 
 // counterDests are the scan destinations of sumCounters' columns.
 func counterDests(c *gate.SceneSummary) []any {
 	return []any{&c.Received, &c.Forwarded, &c.Suppressed, &c.Dropped, &c.Invalid,
-		&c.ShadowSuppressed, &c.ShadowDropped, &c.ForwardedUnchecked}
+		&c.ShadowSuppressed, &c.ShadowDropped, &c.ForwardedUnchecked, &c.Parked}
 }
 
 // Timeseries returns the hourly counters of scene, or of every scene added

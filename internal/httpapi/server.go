@@ -257,6 +257,7 @@ func Total(scenes []gate.SceneSummary) gate.SceneSummary {
 		t.ShadowSuppressed += s.ShadowSuppressed
 		t.ShadowDropped += s.ShadowDropped
 		t.ForwardedUnchecked += s.ForwardedUnchecked
+		t.Parked += s.Parked
 	}
 	return t
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/metrics"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,6 +31,11 @@ type ParkOptions struct {
 	// SweepMax bounds the messages one search looks at (1000).
 	SweepMax int
 	Metrics  *metrics.Metrics
+	// OnParked, if set, is called with each message once it is on the dead
+	// letter and before it leaves GATE_IN (Seq is its GATE_IN sequence); an
+	// error leaves it in GATE_IN, to be parked again (idempotently) by the
+	// next advisory or sweep. The gate counts parked messages with it.
+	OnParked func(ctx context.Context, d gate.Delivery) error
 }
 
 // maxDeliveriesAdvisory is the part of JetStream's advisory the gate reads.
@@ -83,7 +89,7 @@ func (b *Bus) ParkExhausted(ctx context.Context, o ParkOptions) error {
 		case <-ctx.Done():
 			return nil
 		case seq := <-seqs:
-			if err := b.park(ctx, seq, o.Metrics); err != nil {
+			if err := b.park(ctx, seq, o); err != nil {
 				b.log.Error("parking an exhausted message failed; the sweep will retry", "seq", seq, "err", err)
 			}
 		case <-sweep.C:
@@ -98,7 +104,7 @@ func (b *Bus) ParkExhausted(ctx context.Context, o ParkOptions) error {
 }
 
 // park copies message seq of GATE_IN to the dead letter and deletes it.
-func (b *Bus) park(ctx context.Context, seq uint64, m *metrics.Metrics) error {
+func (b *Bus) park(ctx context.Context, seq uint64, o ParkOptions) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	s, err := b.js.Stream(ctx, StreamIn)
@@ -115,11 +121,18 @@ func (b *Bus) park(ctx context.Context, seq uint64, m *metrics.Metrics) error {
 	if err := b.DeadLetter(ctx, raw.Data, raw.Header, seq, ReasonMaxDeliveries); err != nil {
 		return fmt.Errorf("park: %w", err)
 	}
+	if o.OnParked != nil {
+		d := deliveryOf(raw.Data, raw.Header, time.Now())
+		d.Seq = seq
+		if err := o.OnParked(ctx, d); err != nil {
+			return fmt.Errorf("park seq %d: %w", seq, err)
+		}
+	}
 	if err := s.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("park seq %d: delete from %s: %w", seq, StreamIn, err)
 	}
-	if m != nil {
-		m.Parked.Inc()
+	if o.Metrics != nil {
+		o.Metrics.Parked.Inc()
 	}
 	b.log.Warn("message parked on dead letter", "seq", seq, "subject", b.opts.DeadSubject, "reason", ReasonMaxDeliveries)
 	return nil
@@ -162,7 +175,7 @@ func (b *Bus) sweep(ctx context.Context, o ParkOptions) (int, error) {
 		if raw.Sequence > info.Delivered.Stream {
 			break
 		}
-		if err := b.park(ctx, raw.Sequence, o.Metrics); err != nil {
+		if err := b.park(ctx, raw.Sequence, o); err != nil {
 			return parked, err
 		}
 		parked++

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,13 +119,18 @@ func checkParked(t *testing.T, dead []*jetstream.RawStreamMsg, poisonSeq uint64)
 }
 
 // A message that exhausts GATE_MAX_DELIVER is parked on gate.dead with its
-// reason as soon as JetStream's advisory arrives, and deleted from GATE_IN,
-// so the consumer's ack floor moves past it and later messages flow.
+// reason as soon as JetStream's advisory arrives, handed to OnParked, and
+// deleted from GATE_IN, so the consumer's ack floor moves past it and later
+// messages flow.
 func TestExhaustedMessageIsParkedFromTheAdvisory(t *testing.T) {
 	b, js := newLimitedBus(t, 3)
 	m := metrics.New(prometheus.NewRegistry())
+	onParked := make(chan gate.Delivery, 4)
 	// A sweep period longer than the test: only the advisory can park.
-	startPark(t, b, ParkOptions{SweepEvery: time.Hour, Metrics: m})
+	startPark(t, b, ParkOptions{SweepEvery: time.Hour, Metrics: m, OnParked: func(_ context.Context, d gate.Delivery) error {
+		onParked <- d
+		return nil
+	}})
 	startConsume(t, b, poisonHandler)
 	var poisonSeq uint64
 	for _, body := range []string{"ok-1", "poison", "ok-2"} {
@@ -138,6 +144,9 @@ func TestExhaustedMessageIsParkedFromTheAdvisory(t *testing.T) {
 	}
 	checkParked(t, waitDead(t, js, 1), poisonSeq)
 	waitEmpty(t, js)
+	if d := <-onParked; string(d.Data) != "poison" || d.Seq != poisonSeq {
+		t.Errorf("OnParked got %q seq %d, want poison seq %d", d.Data, d.Seq, poisonSeq)
+	}
 	var parked dto.Metric
 	if err := m.Parked.Write(&parked); err != nil || parked.GetCounter().GetValue() != 1 {
 		t.Errorf("gate_parked_messages_total = %v (err %v), want 1", parked.GetCounter().GetValue(), err)
@@ -228,5 +237,32 @@ func TestSweepLeavesPendingMessagesAlone(t *testing.T) {
 	}
 	if got := dead.CachedInfo().State.Msgs; got != 0 {
 		t.Errorf("GATE_DEAD holds %d messages, want 0", got)
+	}
+}
+
+// When OnParked fails (the audit store is down), the message stays in
+// GATE_IN, already on gate.dead, and is handed over again by the next
+// attempt: a parked message is counted before it leaves GATE_IN.
+func TestParkedMessageStaysUntilOnParkedSucceeds(t *testing.T) {
+	b, js := newLimitedBus(t, 2)
+	var calls atomic.Int32
+	startPark(t, b, ParkOptions{SweepEvery: 300 * time.Millisecond, OnParked: func(context.Context, gate.Delivery) error {
+		if calls.Add(1) == 1 {
+			return gate.ErrUnavailable
+		}
+		return nil
+	}})
+	startConsume(t, b, poisonHandler)
+	ack, err := js.Publish(t.Context(), "gate.in", []byte("poison"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkParked(t, waitDead(t, js, 1), ack.Sequence)
+	waitEmpty(t, js)
+	if n := calls.Load(); n < 2 {
+		t.Errorf("OnParked called %d times, want a failure then a success", n)
+	}
+	if dead := waitDead(t, js, 1); len(dead) != 1 {
+		t.Errorf("%d dead letters after a retried park, want 1", len(dead))
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/metrics"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -215,8 +216,13 @@ func (b *Bus) handle(batch []jetstream.Msg, start gate.BatchStarter, o ConsumeOp
 // gate reads (for the header fast path, gate.ParseDelivery). A message
 // without headers has a nil header map, which costs nothing to read.
 func delivery(m jetstream.Msg, now time.Time) gate.Delivery {
-	d := gate.Delivery{Data: m.Data(), NumDelivered: 1, ReceivedAt: now}
-	if h := m.Headers(); len(h) > 0 {
+	return deliveryOf(m.Data(), m.Headers(), now)
+}
+
+// deliveryOf is a message's data and headers as the handler sees them.
+func deliveryOf(data []byte, h nats.Header, now time.Time) gate.Delivery {
+	d := gate.Delivery{Data: data, NumDelivered: 1, ReceivedAt: now}
+	if len(h) > 0 {
 		d.HeaderID = h.Get(gate.MsgIDHeader)
 		d.HeaderScene = h.Get(gate.SceneHeader)
 		d.HeaderRecipient = h.Get(gate.RecipientHeader)

@@ -125,9 +125,11 @@
     const shadow = (s.shadow_suppressed || 0) + (s.shadow_dropped || 0);
     tr.appendChild(el('td', num(shadow), { 'data-field': 'shadow', 'data-value': shadow }));
     const unchecked = s.forwarded_unchecked || 0;
-    const attrs = { 'data-field': 'unchecked', 'data-value': unchecked };
-    if (unchecked) attrs.class = 'hot';
-    tr.appendChild(el('td', num(unchecked), attrs));
+    for (const [field, v] of [['unchecked', unchecked], ['parked', s.parked || 0]]) {
+      const attrs = { 'data-field': field, 'data-value': v };
+      if (v) attrs.class = 'hot';
+      tr.appendChild(el('td', num(v), attrs));
+    }
     const held = (s.suppressed || 0) + (s.dropped || 0);
     tr.appendChild(el('td', rate(held, s.received), { 'data-field': 'rate', class: held ? 'rate hot' : 'rate' }));
     return tr;
