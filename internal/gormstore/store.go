@@ -3,6 +3,7 @@ package gormstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -120,10 +121,18 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	s.dialect = d
 	// SkipDefaultTransaction: every write here is already inside an
 	// explicit transaction, or is a single statement.
-	s.db, err = gorm.Open(dialector, &gorm.Config{
-		Logger:                 newGormLogger(s.log),
-		SkipDefaultTransaction: true,
-		DisableAutomaticPing:   true,
+	err = retryBusy(ctx, s.log, func() (err error) {
+		s.db, err = gorm.Open(dialector, &gorm.Config{
+			Logger:                 newGormLogger(s.log),
+			SkipDefaultTransaction: true,
+			DisableAutomaticPing:   true,
+		})
+		if err != nil && s.db != nil && s.db.ConnPool != nil {
+			if sqlDB, e := s.db.DB(); e == nil {
+				sqlDB.Close() // a retry opens another
+			}
+		}
+		return err
 	})
 	if err != nil && d.name == migrations.Postgres {
 		// The postgres driver only parses the URL here: a failure is a bad
@@ -141,15 +150,55 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		// process instead of making them spin on SQLITE_BUSY.
 		s.sqlDB.SetMaxOpenConns(1)
 	}
-	if err := s.Ping(ctx); err != nil {
-		s.sqlDB.Close()
-		return nil, fmt.Errorf("open audit store: %w", err)
-	}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.start(ctx); err != nil {
 		s.sqlDB.Close()
 		return nil, fmt.Errorf("open audit store: %w", err)
 	}
 	return s, nil
+}
+
+// startBusyFor bounds how long Open retries a SQLite database that another
+// process holds locked while it, too, sets the database up.
+const startBusyFor = 10 * time.Second
+
+// start checks the connection and migrates.
+func (s *Store) start(ctx context.Context) error {
+	return retryBusy(ctx, s.log, func() error {
+		if err := s.Ping(ctx); err != nil {
+			return err
+		}
+		return s.migrate(ctx)
+	})
+}
+
+// retryBusy runs step until it succeeds, fails otherwise than with
+// SQLITE_BUSY, or startBusyFor passes. Several processes opening one new
+// SQLite file at once meet SQLITE_BUSY before the busy timeout applies
+// (switching the file to WAL takes it whole): a short pause resolves it.
+func retryBusy(ctx context.Context, log *slog.Logger, step func() error) error {
+	deadline := time.Now().Add(startBusyFor)
+	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		err := step()
+		if err == nil || !isBusy(err) || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		log.WarnContext(ctx, "audit store busy at start, retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+	}
+}
+
+// isBusy reports a SQLite "database is locked" (SQLITE_BUSY and its
+// extended codes). The driver's connection set-up reports it as text only.
+func isBusy(err error) bool {
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		return coded.Code()&0xff == 5
+	}
+	return strings.Contains(err.Error(), "(SQLITE_BUSY)")
 }
 
 // pickDialect picks the database from opts. Error messages never repeat the
