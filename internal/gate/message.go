@@ -82,17 +82,8 @@ type envelope struct {
 // never be decided and must be dead-lettered, not retried. On error the
 // returned Message carries at most the scene, when it was readable.
 func ParseMessage(data []byte, headerID string, maxBytes int) (Message, error) {
-	if maxBytes <= 0 {
-		maxBytes = DefaultMaxMessageBytes
-	}
-	if len(data) > maxBytes {
-		return Message{}, invalidf("message is %d bytes, over the limit of %d", len(data), maxBytes)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return Message{}, invalidf("message is empty")
-	}
-	if !utf8.Valid(data) {
-		return Message{}, invalidf("message is not valid UTF-8 JSON")
+	if err := checkBody(data, maxBytes, "UTF-8 JSON"); err != nil {
+		return Message{}, err
 	}
 	var env envelope
 	if err := json.Unmarshal(data, &env); err != nil {
@@ -124,14 +115,40 @@ func ParseMessage(data []byte, headerID string, maxBytes int) (Message, error) {
 		return scene, invalidf("receive_id_type %q is not one of open_id, user_id, union_id, email, chat_id", clip(m.ReceiveIDType))
 	}
 	m.MsgType = deref(env.MsgType)
-	m.Priority = Priority(deref(env.Priority))
-	if m.Priority == "" {
-		m.Priority = PriorityNormal
-	}
-	if !ValidPriority(m.Priority) {
-		return scene, invalidf("priority %q is not one of low, normal, high, urgent", clip(string(m.Priority)))
+	if m.Priority, err = parsePriority("priority", deref(env.Priority)); err != nil {
+		return scene, err
 	}
 	return m, nil
+}
+
+// checkBody is what every body must pass, decoded or not: within maxBytes
+// (0 means DefaultMaxMessageBytes), not empty, valid UTF-8; kind names what
+// it should be.
+func checkBody(data []byte, maxBytes int, kind string) error {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxMessageBytes
+	}
+	if len(data) > maxBytes {
+		return invalidf("message is %d bytes, over the limit of %d", len(data), maxBytes)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return invalidf("message is empty")
+	}
+	if !utf8.Valid(data) {
+		return invalidf("message is not valid %s", kind)
+	}
+	return nil
+}
+
+// parsePriority reads the priority named name: empty means normal.
+func parsePriority(name, v string) (Priority, error) {
+	if v == "" {
+		return PriorityNormal, nil
+	}
+	if p := Priority(v); ValidPriority(p) {
+		return p, nil
+	}
+	return "", invalidf("%s %q is not one of low, normal, high, urgent", name, clip(v))
 }
 
 func requireField(name, v string, max int) (string, error) {
@@ -211,18 +228,9 @@ func ParseDelivery(d Delivery, maxBytes int) (Message, error) {
 	if d.HeaderID == "" || d.HeaderScene == "" || d.HeaderRecipient == "" {
 		return ParseMessage(d.Data, d.HeaderID, maxBytes)
 	}
-	if maxBytes <= 0 {
-		maxBytes = DefaultMaxMessageBytes
-	}
 	data := d.Data
-	if len(data) > maxBytes {
-		return Message{}, invalidf("message is %d bytes, over the limit of %d", len(data), maxBytes)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return Message{}, invalidf("message is empty")
-	}
-	if !utf8.Valid(data) {
-		return Message{}, invalidf("message is not valid UTF-8")
+	if err := checkBody(data, maxBytes, "UTF-8"); err != nil {
+		return Message{}, err
 	}
 	if bytes.IndexByte(data, 0) >= 0 {
 		return Message{}, invalidf("message contains a NUL byte")
@@ -247,12 +255,8 @@ func ParseDelivery(d Delivery, maxBytes int) (Message, error) {
 		return scene, invalidf("%s header: receive_id_type %q is not one of open_id, user_id, union_id, email, chat_id", RecipientHeader, clip(typ))
 	}
 	m.ReceiveIDType = typ
-	m.Priority = Priority(d.HeaderPriority)
-	if m.Priority == "" {
-		m.Priority = PriorityNormal
-	}
-	if !ValidPriority(m.Priority) {
-		return scene, invalidf("%s header %q is not one of low, normal, high, urgent", PriorityHeader, clip(d.HeaderPriority))
+	if m.Priority, err = parsePriority(PriorityHeader+" header", d.HeaderPriority); err != nil {
+		return scene, err
 	}
 	return m, nil
 }
