@@ -80,8 +80,7 @@ type item struct {
 	msg     gate.Message
 	key     string     // idempotency key
 	invalid error      // *gate.InvalidError when the message cannot be decided
-	known   bool       // already decided before this batch
-	prior   gate.Prior // what was decided then, when known
+	prior   gate.Prior // what was decided before this batch; zero when nothing was
 	counted bool       // the window store counted it in this batch (not as a duplicate)
 	twin    int        // index of an earlier delivery of the same id in this batch, or -1
 	plan    gate.Plan
@@ -147,7 +146,7 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 			return func() []error { return errs }
 		}
 		for i := range items {
-			items[i].prior, items[i].known = known[items[i].key]
+			items[i].prior = known[items[i].key]
 		}
 	}
 
@@ -168,6 +167,10 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 		return p.verdicts(items)
 	}
 }
+
+// known reports whether the message was decided before this batch: every
+// outcome in the ledger is non-empty.
+func (it *item) known() bool { return it.prior.Outcome != "" }
 
 // parse parses every delivery and returns the items and the distinct
 // idempotency keys of the batch.
@@ -276,7 +279,7 @@ func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item
 	var idx []int
 	for i := range items {
 		it := &items[i]
-		if it.invalid != nil || it.twin >= 0 || it.known {
+		if it.invalid != nil || it.twin >= 0 || it.known() {
 			continue
 		}
 		it.plan = gate.PlanMessage(rules, it.msg)
@@ -306,7 +309,7 @@ func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item
 	now := p.o.Now()
 	for i := range items {
 		it := &items[i]
-		if it.invalid != nil || it.twin >= 0 || it.known || (storeErr != nil && it.plan.Request != nil) {
+		if it.invalid != nil || it.twin >= 0 || it.known() || (storeErr != nil && it.plan.Request != nil) {
 			continue
 		}
 		it.dec = gate.Resolve(rules, it.plan, results[i], now)
@@ -323,7 +326,7 @@ func (p *Pipeline) storeDown(items []item, err error) {
 	now := p.o.Now()
 	for i := range items {
 		it := &items[i]
-		if it.invalid != nil || it.twin >= 0 || it.known || it.decided {
+		if it.invalid != nil || it.twin >= 0 || it.known() || it.decided {
 			continue
 		}
 		if d, ok := gate.FailOpen(it.plan, now); ok {
@@ -350,7 +353,7 @@ func (p *Pipeline) forward(ctx context.Context, rules *gate.RuleSet, items []ite
 		switch {
 		case it.err != nil || it.twin >= 0 || it.invalid != nil:
 			continue
-		case it.known:
+		case it.known():
 			if it.prior.Outcome != gate.OutcomeForward || (it.d.NumDelivered <= 1 && it.prior.At.Before(replayAfter)) {
 				continue
 			}
@@ -387,7 +390,7 @@ func (p *Pipeline) commit(ctx context.Context, rules *gate.RuleSet, items []item
 	for i := range items {
 		it := &items[i]
 		switch {
-		case it.err != nil || it.twin >= 0 || it.known:
+		case it.err != nil || it.twin >= 0 || it.known():
 		case it.invalid != nil:
 			recs = append(recs, gate.Record{Key: it.key, Scene: it.msg.Scene, Outcome: gate.OutcomeInvalid, At: p.o.Now()})
 		case it.decided:
@@ -401,7 +404,7 @@ func (p *Pipeline) commit(ctx context.Context, rules *gate.RuleSet, items []item
 	known, err := p.o.Audit.Commit(ctx, recs)
 	done()
 	if err != nil {
-		p.fail(items, func(it *item) bool { return it.err == nil && it.twin < 0 && !it.known }, "audit", "commit", err)
+		p.fail(items, func(it *item) bool { return it.err == nil && it.twin < 0 && !it.known() }, "audit", "commit", err)
 		return
 	}
 	if len(known) > 0 {
@@ -411,8 +414,9 @@ func (p *Pipeline) commit(ctx context.Context, rules *gate.RuleSet, items []item
 
 // decidedBefore handles the ids the commit found in the ledger already: a
 // producer published them again. Each takes its first outcome back, and an
-// admission this batch counted is taken out of the window. Should either
-// step fail, the message is retried: its redelivery is looked up first.
+// admission this batch counted is taken out of the window. Should the lookup
+// fail, the message is retried (its redelivery is looked up first); a failed
+// Forget is logged.
 func (p *Pipeline) decidedBefore(ctx context.Context, items []item, known []string) {
 	prior, err := p.o.Audit.Decided(ctx, known)
 	if err != nil {
@@ -440,7 +444,7 @@ func (p *Pipeline) decidedBefore(ctx context.Context, items []item, known []stri
 		if it.counted {
 			forget = append(forget, *it.plan.Request)
 		}
-		it.known, it.prior, it.decided = true, pr, false
+		it.prior, it.decided = pr, false
 	}
 	if len(forget) == 0 {
 		return
@@ -480,7 +484,7 @@ func (p *Pipeline) record(rules *gate.RuleSet, it *item) gate.Record {
 
 func (p *Pipeline) observe(it *item) {
 	m := p.o.Metrics
-	if m == nil || it.known || it.twin >= 0 {
+	if m == nil || it.known() || it.twin >= 0 {
 		return
 	}
 	outcome, shadow := gate.OutcomeInvalid, "false"
