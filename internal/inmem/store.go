@@ -113,6 +113,11 @@ func (s *Store) Admit(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.Adm
 	return results, nil
 }
 
+// keysOf names the windows of r: its scene's and its recipient's caps.
+func keysOf(r *gate.AdmitRequest) (scene, caps windowKey) {
+	return windowKey{recipient: r.Recipient, scene: r.Scene}, windowKey{recipient: r.Recipient, capWindow: true}
+}
+
 // Forget takes reqs' ids out of their scene and cap windows; see
 // gate.WindowStore.
 func (s *Store) Forget(ctx context.Context, reqs []gate.AdmitRequest) error {
@@ -122,13 +127,13 @@ func (s *Store) Forget(ctx context.Context, reqs []gate.AdmitRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range reqs {
-		r := &reqs[i]
-		for _, k := range []windowKey{{recipient: r.Recipient, scene: r.Scene}, {recipient: r.Recipient, capWindow: true}} {
+		sk, ck := keysOf(&reqs[i])
+		for _, k := range []windowKey{sk, ck} {
 			w := s.windows[k]
 			if w == nil {
 				continue
 			}
-			w.entries = slices.DeleteFunc(w.entries, func(e entry) bool { return e.id == r.ID })
+			w.entries = slices.DeleteFunc(w.entries, func(e entry) bool { return e.id == reqs[i].ID })
 			if len(w.entries) == 0 {
 				delete(s.windows, k)
 			}
@@ -150,8 +155,7 @@ func (s *Store) admit(now int64, r *gate.AdmitRequest) gate.AdmitResult {
 	if len(sceneSpan) == 0 {
 		sceneSpan = r.Caps
 	}
-	sk := windowKey{recipient: r.Recipient, scene: r.Scene}
-	ck := windowKey{recipient: r.Recipient, capWindow: true}
+	sk, ck := keysOf(r)
 	sw, sMax := span(sceneSpan)
 	cw, cMax := span(r.Caps)
 	scene := s.live(sk, now, sw)
