@@ -187,7 +187,7 @@ func (b *Bus) handle(batch []jetstream.Msg, start gate.BatchStarter, o ConsumeOp
 	now := time.Now()
 	ds := make([]gate.Delivery, len(batch))
 	for i, m := range batch {
-		d := delivery(m, now)
+		d := deliveryOf(m.Data(), m.Headers(), now)
 		if md, err := m.Metadata(); err == nil {
 			d.Seq, d.NumDelivered = md.Sequence.Stream, md.NumDelivered
 		}
@@ -212,14 +212,10 @@ func (b *Bus) handle(batch []jetstream.Msg, start gate.BatchStarter, o ConsumeOp
 	inFlight.Go(settle)
 }
 
-// delivery is m as the handler sees it, with the producer's headers the
-// gate reads (for the header fast path, gate.ParseDelivery). A message
-// without headers has a nil header map, which costs nothing to read.
-func delivery(m jetstream.Msg, now time.Time) gate.Delivery {
-	return deliveryOf(m.Data(), m.Headers(), now)
-}
-
-// deliveryOf is a message's data and headers as the handler sees them.
+// deliveryOf is a message's data and headers as the handler sees them,
+// with the producer's headers the gate reads (for the header fast path,
+// gate.ParseDelivery). A message without headers has a nil header map,
+// which costs nothing to read.
 func deliveryOf(data []byte, h nats.Header, now time.Time) gate.Delivery {
 	d := gate.Delivery{Data: data, NumDelivered: 1, ReceivedAt: now}
 	if len(h) > 0 {
