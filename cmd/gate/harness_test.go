@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -94,15 +94,7 @@ func startNATS(t testing.TB) *server.Server {
 	return ns
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t testing.TB) string { return "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) }
 
 // lockedBuffer collects a gate's log for the test's failure output.
 type lockedBuffer struct {

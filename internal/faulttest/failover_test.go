@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/antifatigue/gate/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -64,7 +65,7 @@ func startRedisCluster(t *testing.T) *redisCluster {
 	cli := needBinary(t, "redis-cli")
 	c := &redisCluster{}
 	for range 6 {
-		port := strconv.Itoa(freePort(t))
+		port := strconv.Itoa(testenv.FreePort(t))
 		addr := "127.0.0.1:" + port
 		p := newProc(t, "redis-node-"+port, bin, []string{
 			"--bind", "127.0.0.1", "--port", port, "--dir", t.TempDir(), "--save", "", "--appendonly", "no",

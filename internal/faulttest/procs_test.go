@@ -80,17 +80,6 @@ func needBinary(t testing.TB, name string) string {
 	return ""
 }
 
-// freePort returns a loopback port nobody listens on right now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // proc is a program the test runs as its own OS process, and may kill with
 // SIGKILL and start again with the same arguments.
 type proc struct {

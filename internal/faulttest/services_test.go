@@ -35,7 +35,7 @@ type natsServer struct {
 func startNATS(t testing.TB) *natsServer {
 	t.Helper()
 	bin := filepath.Join(binaries(t), "nats-server")
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(testenv.FreePort(t))
 	n := &natsServer{addr: "127.0.0.1:" + port, proc: newProc(t, "nats-server", bin,
 		[]string{"-a", "127.0.0.1", "-p", port, "-js", "-sd", t.TempDir(), "-n", "fault-nats"}, baseEnv())}
 	n.start()
@@ -65,7 +65,7 @@ func startRedis(t testing.TB) *redisServer {
 	t.Helper()
 	needServices(t)
 	bin := needBinary(t, "redis-server")
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(testenv.FreePort(t))
 	r := &redisServer{addr: "127.0.0.1:" + port, proc: newProc(t, "redis-server", bin, []string{
 		"--bind", "127.0.0.1", "--port", port, "--dir", t.TempDir(), "--save", "",
 		"--appendonly", "yes", "--appendfsync", "everysec", "--daemonize", "no", "--protected-mode", "no",
@@ -115,7 +115,7 @@ func startPostgres(t testing.TB) *pgCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pgCluster{t: t, bin: bin, dir: dir, port: freePort(t)}
+	p := &pgCluster{t: t, bin: bin, dir: dir, port: testenv.FreePort(t)}
 	t.Cleanup(func() {
 		p.crash()
 		_ = os.RemoveAll(dir)

@@ -77,7 +77,7 @@ type gateProc struct {
 // stack's, and waits until it is ready.
 func (s *stack) startGate(extra map[string]string) *gateProc {
 	s.t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(s.t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(s.t))
 	vars := map[string]string{"GATE_HTTP_ADDR": addr, "GATE_DATA_DIR": s.t.TempDir()}
 	for k, v := range s.env {
 		vars[k] = v
