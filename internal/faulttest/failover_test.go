@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,6 +39,7 @@ func TestRedisClusterFailover(t *testing.T) {
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
+	c.awaitAgreed(t, "after the failovers")
 	s.awaitDrained(2 * time.Minute)
 	tm.add("published and drained in", time.Since(t0))
 	var storeErrors float64
@@ -88,26 +90,7 @@ func startRedisCluster(t *testing.T) *redisCluster {
 	if err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	var why string
-	defer func() {
-		if t.Failed() {
-			t.Logf("cluster: %s", why)
-		}
-	}()
-	waitUntil(t, 30*time.Second, "the cluster is ok on every node, every replica in sync", func() bool {
-		for _, a := range c.addrs {
-			if cl := c.clusterInfo(a); !strings.Contains(cl, "cluster_state:ok") {
-				why = a + ": " + cl
-				return false
-			}
-			repl := c.info(a, "replication")
-			if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
-				why = a + ": " + repl
-				return false
-			}
-		}
-		return true
-	})
+	c.awaitAgreed(t, "after create")
 	return c
 }
 
@@ -154,22 +137,123 @@ func (c *redisCluster) replicas(t *testing.T) []string {
 	return out
 }
 
+// awaitAgreed waits until every node sees the same three masters and
+// three replicas, none of them failing, has cluster_state:ok, and every
+// replica's link to its master is up. A replica's own INFO says it is one
+// as soon as it syncs, but its master ignores a failover request from a
+// node it does not yet know as its replica, and the other masters refuse
+// it their votes; so agreement on the cluster bus, not the replica's word,
+// is what a failover needs.
+func (c *redisCluster) awaitAgreed(t *testing.T, when string) {
+	t.Helper()
+	var why string
+	defer func() {
+		if t.Failed() {
+			t.Logf("cluster %s: %s", when, why)
+		}
+	}()
+	waitUntil(t, 30*time.Second, "every cluster node agrees on 3 masters and 3 replicas ("+when+")", func() bool {
+		var first string
+		for _, a := range c.addrs {
+			if cl := c.clusterInfo(a); !strings.Contains(cl, "cluster_state:ok") {
+				why = a + ": " + cl
+				return false
+			}
+			view, err := c.roles(a)
+			if err != nil {
+				why = a + ": " + err.Error()
+				return false
+			}
+			if first == "" {
+				first = view
+			} else if view != first {
+				why = fmt.Sprintf("%s sees %s, %s sees %s", c.addrs[0], first, a, view)
+				return false
+			}
+			repl := c.info(a, "replication")
+			if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
+				why = a + ": " + repl
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// roles is one node's view of the cluster from CLUSTER NODES, as sorted
+// "address role" pairs, or an error when it sees other than three masters
+// and three replicas, or a node failing or not yet joined.
+func (c *redisCluster) roles(addr string) (string, error) {
+	n := c.node(addr)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	out, err := n.ClusterNodes(ctx).Result()
+	if err != nil {
+		return "", err
+	}
+	var view []string
+	count := map[string]int{}
+	for line := range strings.Lines(strings.TrimSpace(out)) {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		flags := f[2]
+		for _, bad := range []string{"fail", "handshake", "noaddr", "nofailover"} {
+			if strings.Contains(flags, bad) {
+				return "", fmt.Errorf("node %s is %s", f[1], flags)
+			}
+		}
+		role := "master"
+		if strings.Contains(flags, "slave") {
+			role = "slave"
+		}
+		count[role]++
+		view = append(view, strings.SplitN(f[1], "@", 2)[0]+" "+role)
+	}
+	if count["master"] != 3 || count["slave"] != 3 {
+		return "", fmt.Errorf("sees %d masters and %d replicas", count["master"], count["slave"])
+	}
+	slices.Sort(view)
+	return strings.Join(view, ", "), nil
+}
+
 // failover promotes replica with CLUSTER FAILOVER, which waits for it to
-// catch up with its master first, and returns once it is master and the
-// cluster is ok again.
+// catch up with its master first, and returns once it is master and its
+// cluster state ok. (The other nodes learn of it by gossip within about a
+// second; the next failover, of another shard, does not wait for that.) A
+// manual failover that is not done within 5 s is aborted by the
+// replica itself (CLUSTER_MF_TIMEOUT); like an operator, the test then asks
+// again, up to three times, and says so.
 func (c *redisCluster) failover(t *testing.T, replica string) time.Duration {
 	t.Helper()
 	n := c.node(replica)
 	defer n.Close()
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := n.ClusterFailover(ctx).Err(); err != nil {
-		t.Fatalf("CLUSTER FAILOVER on %s: %v", replica, err)
-	}
-	waitUntil(t, 30*time.Second, replica+" is master and the cluster ok", func() bool {
+	promoted := func() bool {
 		return strings.Contains(c.info(replica, "replication"), "role:master") &&
 			strings.Contains(c.clusterInfo(replica), "cluster_state:ok")
-	})
+	}
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := n.ClusterFailover(ctx).Err()
+		cancel()
+		if err != nil {
+			t.Fatalf("CLUSTER FAILOVER on %s: %v", replica, err)
+		}
+		deadline := time.Now().Add(8 * time.Second)
+		for !promoted() && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if promoted() {
+			break
+		}
+		view, err := c.roles(replica)
+		if attempt == 3 {
+			t.Fatalf("CLUSTER FAILOVER on %s: still a replica after %d attempts; its view: %s %v", replica, attempt, view, err)
+		}
+		t.Logf("CLUSTER FAILOVER on %s: not promoted within 8s (attempt %d), asking again; its view: %s %v", replica, attempt, view, err)
+	}
 	return time.Since(start)
 }
