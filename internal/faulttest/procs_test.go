@@ -194,6 +194,18 @@ func (p *proc) logContains(s string) bool {
 	return bytes.Contains(b, []byte(s))
 }
 
+// logLines returns the lines of every run's output that contain s.
+func (p *proc) logLines(s string) []string {
+	b, _ := os.ReadFile(p.log)
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, s) {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return out
+}
+
 // rssKiB reads the process's resident set now and at its peak, from /proc.
 func (p *proc) rssKiB() (now, peak int) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.pid()))
