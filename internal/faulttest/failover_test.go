@@ -200,7 +200,7 @@ func (c *redisCluster) roles(addr string) (string, error) {
 			continue
 		}
 		flags := f[2]
-		for _, bad := range []string{"fail", "handshake", "noaddr", "nofailover"} {
+		for _, bad := range []string{"fail", "handshake", "noaddr"} {
 			if strings.Contains(flags, bad) {
 				return "", fmt.Errorf("node %s is %s", f[1], flags)
 			}
