@@ -227,13 +227,15 @@ func (s *Store) addCounts(tx *gorm.DB, recs []gate.Record) error {
 		return cmp.Or(strings.Compare(a.Scene, b.Scene), a.hour.Compare(b.hour))
 	})
 	for chunk := range slices.Chunk(rows, chunkRows) {
-		args := make([]any, 0, 11*len(chunk))
+		args := make([]any, 0, (2+numCounters)*len(chunk))
 		for _, c := range chunk {
-			args = append(args, c.Scene, s.dbTime(c.hour), c.Received, c.Forwarded, c.Suppressed, c.Dropped,
-				c.Invalid, c.ShadowSuppressed, c.ShadowDropped, c.ForwardedUnchecked, c.Parked)
+			args = append(args, c.Scene, s.dbTime(c.hour))
+			for _, v := range counterFields(&c.SceneSummary) {
+				args = append(args, *v)
+			}
 		}
 		err := tx.Exec(multiRow(`INSERT INTO scene_counters (scene, hour, received, forwarded, suppressed, dropped,
-	invalid, shadow_suppressed, shadow_dropped, forwarded_unchecked, parked)`, 11, len(chunk))+``+addCounts, args...).Error
+	invalid, shadow_suppressed, shadow_dropped, forwarded_unchecked, parked)`, 2+numCounters, len(chunk))+addCounts, args...).Error
 		if err != nil {
 			return fmt.Errorf("add counters: %w", err)
 		}
@@ -307,8 +309,8 @@ func multiRow(head string, cols, rows int) string {
 	return b.String()
 }
 
-// scanKeys adds the single text column of rows to set, and closes rows.
-// scanPriors reads rows of (key, outcome, decided_at) into m.
+// scanPriors reads rows of (key, outcome, decided_at) into m, and closes
+// rows.
 func scanPriors(rows *sql.Rows, m map[string]gate.Prior) error {
 	defer rows.Close()
 	for rows.Next() {
@@ -324,6 +326,7 @@ func scanPriors(rows *sql.Rows, m map[string]gate.Prior) error {
 	return rows.Err()
 }
 
+// scanKeys adds the single text column of rows to set, and closes rows.
 func scanKeys(rows *sql.Rows, set map[string]bool) error {
 	defer rows.Close()
 	for rows.Next() {

@@ -80,7 +80,7 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 		keys, outcomes = make([]string, n), make([]string, n)
 		ats, hours     = make([]time.Time, n), make([]time.Time, n)
 		scenes         = make([]string, n)
-		counts         [9][]int32
+		counts         [numCounters][]int32
 		sup            suppressionColumns
 	)
 	for i := range counts {
@@ -92,9 +92,8 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 		hours[i] = r.At.UTC().Truncate(time.Hour)
 		var c gate.SceneSummary
 		count(&c, r)
-		for j, v := range [9]int64{c.Received, c.Forwarded, c.Suppressed, c.Dropped, c.Invalid,
-			c.ShadowSuppressed, c.ShadowDropped, c.ForwardedUnchecked, c.Parked} {
-			counts[j][i] = int32(v)
+		for j, v := range counterFields(&c) {
+			counts[j][i] = int32(*v)
 		}
 		if r.Suppression != nil {
 			sup.add(r, s.redact)

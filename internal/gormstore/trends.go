@@ -34,10 +34,24 @@ const sumCounters = `CAST(SUM(received) AS BIGINT), CAST(SUM(forwarded) AS BIGIN
 	CAST(SUM(shadow_suppressed) AS BIGINT), CAST(SUM(shadow_dropped) AS BIGINT),
 	CAST(SUM(forwarded_unchecked) AS BIGINT), CAST(SUM(parked) AS BIGINT)`
 
+// numCounters is how many counter columns scene_counters has.
+const numCounters = 9
+
+// counterFields are the counters of c in the order of scene_counters'
+// counter columns: that of sumCounters, of addCounts and of the commits'
+// inserts.
+func counterFields(c *gate.SceneSummary) [numCounters]*int64 {
+	return [numCounters]*int64{&c.Received, &c.Forwarded, &c.Suppressed, &c.Dropped, &c.Invalid,
+		&c.ShadowSuppressed, &c.ShadowDropped, &c.ForwardedUnchecked, &c.Parked}
+}
+
 // counterDests are the scan destinations of sumCounters' columns.
 func counterDests(c *gate.SceneSummary) []any {
-	return []any{&c.Received, &c.Forwarded, &c.Suppressed, &c.Dropped, &c.Invalid,
-		&c.ShadowSuppressed, &c.ShadowDropped, &c.ForwardedUnchecked, &c.Parked}
+	dests := make([]any, 0, numCounters)
+	for _, f := range counterFields(c) {
+		dests = append(dests, f)
+	}
+	return dests
 }
 
 // Timeseries returns the hourly counters of scene, or of every scene added
