@@ -350,22 +350,22 @@ func (p *Pipeline) forward(ctx context.Context, rules *gate.RuleSet, items []ite
 	replayAfter := p.o.Now().Add(-p.o.ReplayWithin)
 	for i := range items {
 		it := &items[i]
+		f := gate.Forward{MessageID: it.msg.ID, Scene: it.msg.Scene, RulesVersion: rules.Version, Data: it.msg.Raw}
 		switch {
 		case it.err != nil || it.twin >= 0 || it.invalid != nil:
 			continue
 		case it.known():
+			// A replay: the ledger keeps the outcome, not how it was reached.
 			if it.prior.Outcome != gate.OutcomeForward || (it.d.NumDelivered <= 1 && it.prior.At.Before(replayAfter)) {
 				continue
 			}
-			fs = append(fs, gate.Forward{MessageID: it.msg.ID, Scene: it.msg.Scene, RulesVersion: rules.Version, Data: it.msg.Raw})
-			idx = append(idx, i)
+		case it.decided && it.dec.Outcome == gate.OutcomeForward:
+			f.Bypass, f.Unchecked = it.dec.Bypass, it.dec.Unchecked
+			if it.dec.Shadow {
+				f.ShadowOf = it.dec.ShadowOf
+			}
+		default:
 			continue
-		case !it.decided || it.dec.Outcome != gate.OutcomeForward:
-			continue
-		}
-		f := gate.Forward{MessageID: it.msg.ID, Scene: it.msg.Scene, RulesVersion: rules.Version, Bypass: it.dec.Bypass, Unchecked: it.dec.Unchecked, Data: it.msg.Raw}
-		if it.dec.Shadow {
-			f.ShadowOf = it.dec.ShadowOf
 		}
 		fs = append(fs, f)
 		idx = append(idx, i)
