@@ -148,8 +148,11 @@ func (c *apiClient) get(ctx context.Context, path string, q url.Values, out any)
 var summaryHeader = []string{"scene", "received", "forwarded", "suppressed", "dropped", "invalid", "shadow_suppressed", "shadow_dropped", "forwarded_unchecked", "parked"}
 
 func summaryRow(s gate.SceneSummary) []string {
-	n := func(v int64) string { return strconv.FormatInt(v, 10) }
-	return []string{s.Scene, n(s.Received), n(s.Forwarded), n(s.Suppressed), n(s.Dropped), n(s.Invalid), n(s.ShadowSuppressed), n(s.ShadowDropped), n(s.ForwardedUnchecked), n(s.Parked)}
+	row := []string{s.Scene}
+	for _, v := range s.Counters() {
+		row = append(row, strconv.FormatInt(*v, 10))
+	}
+	return row
 }
 
 func printSummary(w io.Writer, format string, sum httpapi.Summary) error {

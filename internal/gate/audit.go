@@ -116,6 +116,16 @@ type SceneSummary struct {
 	Parked int64 `json:"parked"`
 }
 
+// NumCounters is how many counters a SceneSummary holds.
+const NumCounters = 9
+
+// Counters are s's counters in the order of its fields, which is also the
+// order of the audit store's counter columns.
+func (s *SceneSummary) Counters() [NumCounters]*int64 {
+	return [NumCounters]*int64{&s.Received, &s.Forwarded, &s.Suppressed, &s.Dropped, &s.Invalid,
+		&s.ShadowSuppressed, &s.ShadowDropped, &s.ForwardedUnchecked, &s.Parked}
+}
+
 // Reports answers report queries. Bad filters or cursors wrap ErrBadRequest.
 type Reports interface {
 	Suppressions(ctx context.Context, f SuppressionFilter) (SuppressionPage, error)

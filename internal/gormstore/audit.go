@@ -227,15 +227,15 @@ func (s *Store) addCounts(tx *gorm.DB, recs []gate.Record) error {
 		return cmp.Or(strings.Compare(a.Scene, b.Scene), a.hour.Compare(b.hour))
 	})
 	for chunk := range slices.Chunk(rows, chunkRows) {
-		args := make([]any, 0, (2+numCounters)*len(chunk))
+		args := make([]any, 0, (2+gate.NumCounters)*len(chunk))
 		for _, c := range chunk {
 			args = append(args, c.Scene, s.dbTime(c.hour))
-			for _, v := range counterFields(&c.SceneSummary) {
+			for _, v := range c.Counters() {
 				args = append(args, *v)
 			}
 		}
 		err := tx.Exec(multiRow(`INSERT INTO scene_counters (scene, hour, received, forwarded, suppressed, dropped,
-	invalid, shadow_suppressed, shadow_dropped, forwarded_unchecked, parked)`, 2+numCounters, len(chunk))+addCounts, args...).Error
+	invalid, shadow_suppressed, shadow_dropped, forwarded_unchecked, parked)`, 2+gate.NumCounters, len(chunk))+addCounts, args...).Error
 		if err != nil {
 			return fmt.Errorf("add counters: %w", err)
 		}

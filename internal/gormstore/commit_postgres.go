@@ -80,7 +80,7 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 		keys, outcomes = make([]string, n), make([]string, n)
 		ats, hours     = make([]time.Time, n), make([]time.Time, n)
 		scenes         = make([]string, n)
-		counts         [numCounters][]int32
+		counts         [gate.NumCounters][]int32
 		sup            suppressionColumns
 	)
 	for i := range counts {
@@ -92,7 +92,7 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 		hours[i] = r.At.UTC().Truncate(time.Hour)
 		var c gate.SceneSummary
 		count(&c, r)
-		for j, v := range counterFields(&c) {
+		for j, v := range c.Counters() {
 			counts[j][i] = int32(*v)
 		}
 		if r.Suppression != nil {

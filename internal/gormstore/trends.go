@@ -34,21 +34,10 @@ const sumCounters = `CAST(SUM(received) AS BIGINT), CAST(SUM(forwarded) AS BIGIN
 	CAST(SUM(shadow_suppressed) AS BIGINT), CAST(SUM(shadow_dropped) AS BIGINT),
 	CAST(SUM(forwarded_unchecked) AS BIGINT), CAST(SUM(parked) AS BIGINT)`
 
-// numCounters is how many counter columns scene_counters has.
-const numCounters = 9
-
-// counterFields are the counters of c in the order of scene_counters'
-// counter columns: that of sumCounters, of addCounts and of the commits'
-// inserts.
-func counterFields(c *gate.SceneSummary) [numCounters]*int64 {
-	return [numCounters]*int64{&c.Received, &c.Forwarded, &c.Suppressed, &c.Dropped, &c.Invalid,
-		&c.ShadowSuppressed, &c.ShadowDropped, &c.ForwardedUnchecked, &c.Parked}
-}
-
 // counterDests are the scan destinations of sumCounters' columns.
 func counterDests(c *gate.SceneSummary) []any {
-	dests := make([]any, 0, numCounters)
-	for _, f := range counterFields(c) {
+	dests := make([]any, 0, gate.NumCounters)
+	for _, f := range c.Counters() {
 		dests = append(dests, f)
 	}
 	return dests

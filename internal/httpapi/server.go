@@ -248,16 +248,11 @@ func (s *server) summary(w http.ResponseWriter, r *http.Request) error {
 // Total adds up scene summaries.
 func Total(scenes []gate.SceneSummary) gate.SceneSummary {
 	t := gate.SceneSummary{Scene: "*"}
+	sum := t.Counters()
 	for _, s := range scenes {
-		t.Received += s.Received
-		t.Forwarded += s.Forwarded
-		t.Suppressed += s.Suppressed
-		t.Dropped += s.Dropped
-		t.Invalid += s.Invalid
-		t.ShadowSuppressed += s.ShadowSuppressed
-		t.ShadowDropped += s.ShadowDropped
-		t.ForwardedUnchecked += s.ForwardedUnchecked
-		t.Parked += s.Parked
+		for i, v := range s.Counters() {
+			*sum[i] += *v
+		}
 	}
 	return t
 }
