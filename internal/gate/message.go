@@ -111,8 +111,8 @@ func ParseMessage(data []byte, headerID string, maxBytes int) (Message, error) {
 	if m.ReceiveIDType == "" {
 		m.ReceiveIDType = "open_id" // Feishu's default id type
 	}
-	if !receiveIDTypes[m.ReceiveIDType] {
-		return scene, invalidf("receive_id_type %q is not one of open_id, user_id, union_id, email, chat_id", clip(m.ReceiveIDType))
+	if err := checkReceiveIDType("", m.ReceiveIDType); err != nil {
+		return scene, err
 	}
 	m.MsgType = deref(env.MsgType)
 	if m.Priority, err = parsePriority("priority", deref(env.Priority)); err != nil {
@@ -138,6 +138,15 @@ func checkBody(data []byte, maxBytes int, kind string) error {
 		return invalidf("message is not valid %s", kind)
 	}
 	return nil
+}
+
+// checkReceiveIDType refuses a receive_id_type Feishu does not accept;
+// where, when not empty, says where it was read.
+func checkReceiveIDType(where, typ string) error {
+	if receiveIDTypes[typ] {
+		return nil
+	}
+	return invalidf("%sreceive_id_type %q is not one of open_id, user_id, union_id, email, chat_id", where, clip(typ))
 }
 
 // parsePriority reads the priority named name: empty means normal.
@@ -251,8 +260,8 @@ func ParseDelivery(d Delivery, maxBytes int) (Message, error) {
 	if m.ReceiveID, err = requireField("receive_id of the "+RecipientHeader+" header", id, MaxReceiveIDBytes); err != nil {
 		return scene, err
 	}
-	if !receiveIDTypes[typ] {
-		return scene, invalidf("%s header: receive_id_type %q is not one of open_id, user_id, union_id, email, chat_id", RecipientHeader, clip(typ))
+	if err := checkReceiveIDType(RecipientHeader+" header: ", typ); err != nil {
+		return scene, err
 	}
 	m.ReceiveIDType = typ
 	if m.Priority, err = parsePriority(PriorityHeader+" header", d.HeaderPriority); err != nil {
