@@ -10,6 +10,7 @@ import (
 
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/gormstore"
+	"github.com/antifatigue/gate/internal/pgschema"
 	"github.com/antifatigue/gate/internal/redisstore"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -116,11 +117,11 @@ func (r *runner) redisCeiling(ctx context.Context, reqs []gate.AdmitRequest) (ph
 // messages (ledger rows, suppression rows with payload, counters), a batch
 // per transaction, into a schema of its own.
 func (r *runner) auditCeiling(ctx context.Context, recs []gate.Record) (phase, error) {
-	dbURL, drop, err := pgSchema(ctx, r.cfg.databaseURL, "gatebench_"+r.tag+"_audit")
+	dbURL, drop, err := pgschema.Create(ctx, r.cfg.databaseURL, "gatebench_"+r.tag+"_audit")
 	if err != nil {
 		return phase{}, err
 	}
-	defer drop()
+	defer r.dropSchema(drop)
 	st, err := gormstore.Open(ctx, gormstore.Options{DatabaseURL: dbURL})
 	if err != nil {
 		return phase{}, fmt.Errorf("audit store: %w", err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/pgschema"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -83,11 +84,11 @@ type gateWork struct{ warm, full, half messages }
 // agree with the simulation, or the figures mean nothing.
 func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (gateResult, error) {
 	var res gateResult
-	dbURL, drop, err := pgSchema(ctx, r.cfg.databaseURL, "gatebench_"+r.tag)
+	dbURL, drop, err := pgschema.Create(ctx, r.cfg.databaseURL, "gatebench_"+r.tag)
 	if err != nil {
 		return res, err
 	}
-	defer drop()
+	defer r.dropSchema(drop)
 	rulesPath := filepath.Join(r.dir, "rules.yaml")
 	if err := os.WriteFile(rulesPath, []byte(rulesDoc()), 0o600); err != nil {
 		return res, fmt.Errorf("write rules: %w", err)

@@ -173,6 +173,15 @@ func (r *runner) logf(format string, args ...any) {
 	fmt.Fprintf(r.log, "gatebench: "+format+"\n", args...)
 }
 
+// dropSchema drops a run's schema, and says so when it cannot.
+func (r *runner) dropSchema(drop func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := drop(ctx); err != nil {
+		r.logf("%v", err)
+	}
+}
+
 func (r *runner) connect(name string) (*nats.Conn, error) {
 	nc, err := nats.Connect(r.natsURL, nats.Name(name))
 	if err != nil {

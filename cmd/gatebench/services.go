@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 )
@@ -162,38 +160,6 @@ func startGate(ctx context.Context, bin, dir string, e gateEnv) (*proc, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// pgSchema creates a fresh schema and returns a URL whose search_path
-// points at it, and a function that drops it.
-func pgSchema(ctx context.Context, base, name string) (string, func(), error) {
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		return "", nil, fmt.Errorf("postgres: connect: %w", err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
-		return "", nil, fmt.Errorf("postgres: create schema %s: %w", name, err)
-	}
-	drop := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, base)
-		if err != nil {
-			return
-		}
-		defer c.Close(context.Background())
-		_, _ = c.Exec(ctx, "DROP SCHEMA "+name+" CASCADE")
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		drop()
-		return "", nil, fmt.Errorf("postgres url: %w", err)
-	}
-	q := u.Query()
-	q.Set("search_path", name)
-	u.RawQuery = q.Encode()
-	return u.String(), drop, nil
 }
 
 // newRedis returns a client of the shared Redis, with context deadlines on

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/antifatigue/gate/internal/pgschema"
 )
 
 // PostgresSchemaURL creates a fresh schema in the test database and returns
@@ -19,35 +19,18 @@ func PostgresSchemaURL(tb testing.TB) string {
 	schema := strings.NewReplacer("-", "_").Replace(Unique("t"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
+	u, drop, err := pgschema.Create(ctx, base, schema)
 	if err != nil {
-		tb.Fatalf("postgres: connect %s: %v", redact(base), err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		tb.Fatalf("postgres: create schema %s: %v", schema, err)
+		tb.Fatalf("%v (database %s)", err, redact(base))
 	}
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		c, err := pgx.Connect(ctx, base)
-		if err != nil {
-			tb.Logf("postgres: drop schema %s: %v", schema, err)
-			return
-		}
-		defer c.Close(context.Background())
-		if _, err := c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			tb.Logf("postgres: drop schema %s: %v", schema, err)
+		if err := drop(ctx); err != nil {
+			tb.Log(err)
 		}
 	})
-	u, err := url.Parse(base)
-	if err != nil {
-		tb.Fatalf("postgres url: %v", err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return u
 }
 
 func redact(s string) string {
