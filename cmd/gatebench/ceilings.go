@@ -90,7 +90,7 @@ func (r *runner) jetstreamCeiling(ctx context.Context, data messages) (phase, er
 		return phase{}, err
 	}
 	defer watch.close()
-	return measure(ctx, r.pub, subject, watch, r.meter(), data, 0)
+	return measure(ctx, r.pub, subject, watch, r.meter(0), data, 0)
 }
 
 // redisCeiling runs the gate's own script through the window store, a
@@ -136,7 +136,7 @@ func (r *runner) auditCeiling(ctx context.Context, recs []gate.Record) (phase, e
 // parallel runs do over [0, n) in batches of the gate's size, from
 // r.cfg.workers goroutines, and measures the rate.
 func (r *runner) parallel(ctx context.Context, n int, do func(ctx context.Context, lo, hi int) error) (phase, error) {
-	meter := r.meter()
+	meter := r.meter(0)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, r.cfg.workers)

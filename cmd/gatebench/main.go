@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/procstat"
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 )
@@ -192,16 +193,16 @@ func (r *runner) connect(name string) (*nats.Conn, error) {
 
 // meter reads the CPU of the run's processes; gatePID is 0 when no gate
 // runs.
-func (r *runner) meter(gatePID ...int) *cpuMeter {
+func (r *runner) meter(gatePID int) *cpuMeter {
 	self := os.Getpid()
-	m := &cpuMeter{pids: map[string]func() []int{
-		"nats":     func() []int { return []int{r.natsPID} },
-		"redis":    func() []int { return []int{r.redisPID} },
-		"postgres": func() []int { return pidsNamed("postgres") },
-		"bench":    func() []int { return []int{self} },
+	m := &cpuMeter{cpu: map[string]func() time.Duration{
+		"nats":     func() time.Duration { return procstat.CPU(r.natsPID) },
+		"redis":    func() time.Duration { return procstat.CPU(r.redisPID) },
+		"postgres": func() time.Duration { return procstat.CPUNamed("postgres") },
+		"bench":    func() time.Duration { return procstat.CPU(self) },
 	}}
-	if len(gatePID) > 0 {
-		m.pids["gate"] = func() []int { return gatePID }
+	if gatePID != 0 {
+		m.cpu["gate"] = func() time.Duration { return procstat.CPU(gatePID) }
 	}
 	return m
 }

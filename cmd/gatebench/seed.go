@@ -40,7 +40,7 @@ func (r *runner) seedBaseline(ctx context.Context, rs *gate.RuleSet, data [][]by
 			r.logf("delete seed keys: %v", err)
 		}
 	}()
-	meter := r.meter()
+	meter := r.meter(0)
 	before := meter.read()
 	for range data {
 		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
