@@ -226,29 +226,16 @@ func (s *simulator) decide(data [][]byte, keep bool) ([]gate.Record, error) {
 			res = r[0]
 		}
 		dec := gate.Resolve(s.rs, p, res, time.Now())
-		rec := gate.Record{Key: m.ID, Scene: m.Scene, Outcome: dec.Outcome, At: dec.At}
 		switch dec.Outcome {
 		case gate.OutcomeForward:
 			s.got.forward++
 		case gate.OutcomeSuppress:
 			s.got.suppress++
-			if !keep {
-				break
-			}
-			rec.Suppression = &gate.Suppression{
-				MessageID: m.ID, Scene: m.Scene, Recipient: m.Recipient(), Priority: m.Priority,
-				Reason: dec.Reason, RulesVersion: s.rs.Version, DecidedAt: dec.At,
-				NextAllowedAt: dec.NextAllowedAt, Payload: string(d),
-			}
-			if e := dec.Exceeded; e != nil {
-				rec.Suppression.Scope, rec.Suppression.LimitWindow = e.Scope, gate.Duration(e.Limit.Window)
-				rec.Suppression.LimitMax, rec.Suppression.CountSeen = e.Limit.Max, e.Count
-			}
 		case gate.OutcomeDrop:
 			s.got.drop++
 		}
 		if keep {
-			recs = append(recs, rec)
+			recs = append(recs, gate.RecordOf(m.ID, m, dec, s.rs.Version))
 		}
 	}
 	return recs, nil

@@ -60,6 +60,32 @@ type Record struct {
 	Suppression *Suppression
 }
 
+// RecordOf is the record of decision d on message m, under the rules of
+// rulesVersion: with its audit row when d suppresses it, or would in shadow
+// mode.
+func RecordOf(key string, m Message, d Decision, rulesVersion string) Record {
+	rec := Record{Key: key, Scene: m.Scene, Outcome: d.Outcome, Shadow: d.Shadow, ShadowOf: d.ShadowOf, Unchecked: d.Unchecked, At: d.At}
+	if d.Outcome == OutcomeSuppress || (d.Shadow && d.ShadowOf == ActionSuppress) {
+		s := &Suppression{
+			MessageID:     m.ID,
+			Scene:         m.Scene,
+			Recipient:     m.Recipient(),
+			Priority:      m.Priority,
+			Shadow:        d.Shadow,
+			Reason:        d.Reason,
+			RulesVersion:  rulesVersion,
+			DecidedAt:     d.At,
+			NextAllowedAt: d.NextAllowedAt,
+			Payload:       string(m.Raw),
+		}
+		if e := d.Exceeded; e != nil {
+			s.Scope, s.LimitWindow, s.LimitMax, s.CountSeen = e.Scope, Duration(e.Limit.Window), e.Limit.Max, e.Count
+		}
+		rec.Suppression = s
+	}
+	return rec
+}
+
 // Prior is what the ledger holds of a key committed before: the outcome
 // then decided and when.
 type Prior struct {

@@ -394,7 +394,7 @@ func (p *Pipeline) commit(ctx context.Context, rules *gate.RuleSet, items []item
 		case it.invalid != nil:
 			recs = append(recs, gate.Record{Key: it.key, Scene: it.msg.Scene, Outcome: gate.OutcomeInvalid, At: p.o.Now()})
 		case it.decided:
-			recs = append(recs, p.record(rules, it))
+			recs = append(recs, gate.RecordOf(it.key, it.msg, it.dec, rules.Version))
 		}
 	}
 	if len(recs) == 0 {
@@ -456,30 +456,6 @@ func (p *Pipeline) decidedBefore(ctx context.Context, items []item, known []stri
 		err = p.transient("window", "forget", err)
 		p.o.Log.Warn("ids decided before stay counted in their windows", "ids", len(forget), "err", err)
 	}
-}
-
-func (p *Pipeline) record(rules *gate.RuleSet, it *item) gate.Record {
-	d := it.dec
-	rec := gate.Record{Key: it.key, Scene: it.msg.Scene, Outcome: d.Outcome, Shadow: d.Shadow, ShadowOf: d.ShadowOf, Unchecked: d.Unchecked, At: d.At}
-	if d.Outcome == gate.OutcomeSuppress || (d.Shadow && d.ShadowOf == gate.ActionSuppress) {
-		s := &gate.Suppression{
-			MessageID:     it.msg.ID,
-			Scene:         it.msg.Scene,
-			Recipient:     it.msg.Recipient(),
-			Priority:      it.msg.Priority,
-			Shadow:        d.Shadow,
-			Reason:        d.Reason,
-			RulesVersion:  rules.Version,
-			DecidedAt:     d.At,
-			NextAllowedAt: d.NextAllowedAt,
-			Payload:       string(it.msg.Raw),
-		}
-		if e := d.Exceeded; e != nil {
-			s.Scope, s.LimitWindow, s.LimitMax, s.CountSeen = e.Scope, gate.Duration(e.Limit.Window), e.Limit.Max, e.Count
-		}
-		rec.Suppression = s
-	}
-	return rec
 }
 
 func (p *Pipeline) observe(it *item) {
