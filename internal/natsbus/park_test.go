@@ -1,7 +1,6 @@
 package natsbus
 
 import (
-	"log/slog"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -11,11 +10,7 @@ import (
 // Parking is idempotent per Nats-Msg-Id when the message had one, even
 // under two GATE_IN sequences, and per sequence when it had none.
 func TestDeadLetterOncePerMessage(t *testing.T) {
-	nc := startServer(t)
-	b, err := New(t.Context(), nc, Options{}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newBus(t.Context(), t)
 	withID := nats.Header{jetstream.MsgIDHeader: []string{"m-1"}}
 	for _, p := range []struct {
 		hdr nats.Header
