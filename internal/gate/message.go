@@ -161,16 +161,8 @@ func parsePriority(name, v string) (Priority, error) {
 }
 
 func requireField(name, v string, max int) (string, error) {
-	if strings.TrimSpace(v) == "" {
-		return "", invalidf("%s is missing or empty", name)
-	}
-	if len(v) > max {
-		return "", invalidf("%s is %d bytes, over the limit of %d", name, len(v), max)
-	}
-	for _, r := range v {
-		if r < 0x20 || r == 0x7f {
-			return "", invalidf("%s contains a control character", name)
-		}
+	if err := CheckName(name, v, max); err != nil {
+		return "", err
 	}
 	return v, nil
 }

@@ -247,3 +247,37 @@ func parsed(t *testing.T, err error, wantErr string) bool {
 	}
 	return true
 }
+
+func TestCheckName(t *testing.T) {
+	for _, tc := range []struct {
+		name, v, want string
+	}{
+		{"plain", "alert.disk_full", ""},
+		{"inner space", "a b", ""},
+		{"han", "告警.磁盘", ""},
+		{"empty", "", "missing or empty"},
+		{"blank", " \t", "missing or empty"},
+		{"too long", strings.Repeat("x", 9), "over the limit of 8"},
+		{"invalid UTF-8", "sc\xffene", "not valid UTF-8"},
+		{"NUL", "a\x00b", "a control character (U+0000 at byte 1)"},
+		{"DEL", "a\x7f", "a control character (U+007F"},
+		{"C1", "a\u0085b", "a control character (U+0085"},
+		{"RLO", "user\u202egnp.exe", "a bidirectional control character (U+202E at byte 4)"},
+		{"isolate", "\u2066x", "a bidirectional control character (U+2066"},
+		{"RLM", "x\u200f", "a bidirectional control character (U+200F"},
+		{"ALM", "x\u061c", "a bidirectional control character (U+061C"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckName("scene", tc.v, 8*utf8.UTFMax)
+			if tc.name == "too long" {
+				err = CheckName("scene", tc.v, 8)
+			}
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("CheckName(%q) = %v, want nil", tc.v, err)
+			case tc.want != "" && (err == nil || !IsInvalid(err) || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("CheckName(%q) = %v, want an invalid-message error containing %q", tc.v, err, tc.want)
+			}
+		})
+	}
+}
