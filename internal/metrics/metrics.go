@@ -22,6 +22,7 @@ type Metrics struct {
 	Unchecked       *prometheus.CounterVec   // scene: forwarded without a window check (fail open)
 	Redeliveries    prometheus.Counter       // messages retried after a transient failure
 	Parked          prometheus.Counter       // messages parked on the dead letter after exhausting MaxDeliver
+	Panicked        prometheus.Counter       // messages parked on the dead letter because the gate panicked on them
 	ConsumerPending prometheus.Gauge         // messages in GATE_IN not yet delivered to the consumer
 	ConsumerAckPend prometheus.Gauge         // delivered, not yet acked
 	RulesReloads    *prometheus.CounterVec   // source
@@ -66,6 +67,9 @@ func New(reg *prometheus.Registry) *Metrics {
 		Parked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gate_parked_messages_total", Help: "Messages parked on the dead-letter subject because they exhausted GATE_MAX_DELIVER deliveries.",
 		}),
+		Panicked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gate_panicked_messages_total", Help: "Messages parked on the dead-letter subject because deciding them made the gate panic; the gate recovered and decided the rest of their batch.",
+		}),
 		ConsumerPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gate_consumer_pending_messages", Help: "Consumer lag: messages in GATE_IN not yet delivered to the gate consumer.",
 		}),
@@ -89,7 +93,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		}, []string{"route", "code"}),
 	}
 	reg.MustRegister(m.Decisions, m.DecisionLatency, m.BatchSize, m.StoreErrors, m.StoreLatency, m.Invalid, m.Unchecked,
-		m.Redeliveries, m.Parked, m.ConsumerPending, m.ConsumerAckPend, m.RulesReloads, m.RulesReloadErrs,
+		m.Redeliveries, m.Parked, m.Panicked, m.ConsumerPending, m.ConsumerAckPend, m.RulesReloads, m.RulesReloadErrs,
 		m.RulesInfo, m.DependencyUp, m.HTTPRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
