@@ -45,34 +45,34 @@ var receiveIDTypes = map[string]bool{
 	"open_id": true, "user_id": true, "union_id": true, "email": true, "chat_id": true,
 }
 
-// Message is one parsed envelope. Raw holds the original bytes, which are
-// forwarded untouched.
+// Message is one parsed envelope: the fields the gate keys, stores, labels
+// and decides on, each checked, and Raw, the original bytes, which are
+// forwarded and stored untouched. Both paths (ParseMessage and the header
+// fast path of ParseDelivery) give the same Message for the same envelope:
+// msg_type and content, which the gate does not interpret, are not kept.
 type Message struct {
 	ID            string
 	Scene         string
 	ReceiveIDType string
 	ReceiveID     string
-	// MsgType is the envelope's msg_type, which the gate does not
-	// interpret. It is empty when the message came by the header fast path
-	// (ParseDelivery), which does not decode the body.
-	MsgType  string
-	Priority Priority
-	Raw      []byte
+	Priority      Priority
+	Raw           []byte
 }
 
 // Recipient is the key of a message's recipient: receive_id_type:receive_id.
 func (m Message) Recipient() string { return m.ReceiveIDType + ":" + m.ReceiveID }
 
-// envelope mirrors the JSON a producer publishes. It has no field for
-// content: the gate never interprets it (any JSON value passes, as for every
-// field it does not know), and a field would copy up to 150 KB per message.
+// envelope mirrors the JSON a producer publishes, as far as the gate reads
+// it. It has no field for content or msg_type: the gate never interprets
+// them (any JSON value passes, as for every field it does not know), the
+// header fast path could not check them, and content would copy up to
+// 150 KB per message.
 type envelope struct {
 	ID            *string `json:"id"`
 	UUID          *string `json:"uuid"`
 	Scene         *string `json:"scene"`
 	ReceiveIDType *string `json:"receive_id_type"`
 	ReceiveID     *string `json:"receive_id"`
-	MsgType       *string `json:"msg_type"`
 	Priority      *string `json:"priority"`
 }
 
@@ -91,11 +91,15 @@ func ParseMessage(data []byte, headerID string, maxBytes int) (Message, error) {
 	}
 	m := Message{Raw: data}
 	var err error
-	id := pick(env.ID, env.UUID)
-	if id == "" {
-		id = headerID
+	idField, id := "id", deref(env.ID)
+	switch {
+	case id != "":
+	case deref(env.UUID) != "":
+		idField, id = "uuid", deref(env.UUID)
+	case headerID != "":
+		idField, id = "id (the "+MsgIDHeader+" header)", headerID
 	}
-	if m.ID, err = requireField("id", id, MaxIDBytes); err != nil {
+	if m.ID, err = requireField(idField, id, MaxIDBytes); err != nil {
 		return Message{}, err
 	}
 	if m.Scene, err = requireField("scene", deref(env.Scene), MaxSceneBytes); err != nil {
@@ -114,7 +118,6 @@ func ParseMessage(data []byte, headerID string, maxBytes int) (Message, error) {
 	if err := checkReceiveIDType("", m.ReceiveIDType); err != nil {
 		return scene, err
 	}
-	m.MsgType = deref(env.MsgType)
 	if m.Priority, err = parsePriority("priority", deref(env.Priority)); err != nil {
 		return scene, err
 	}
@@ -122,8 +125,9 @@ func ParseMessage(data []byte, headerID string, maxBytes int) (Message, error) {
 }
 
 // checkBody is what every body must pass, decoded or not: within maxBytes
-// (0 means DefaultMaxMessageBytes), not empty, valid UTF-8; kind names what
-// it should be.
+// (0 means DefaultMaxMessageBytes), not empty, valid UTF-8 without NUL
+// bytes, so that a suppression row can store it as PostgreSQL text on
+// either path; kind names what it should be.
 func checkBody(data []byte, maxBytes int, kind string) error {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxMessageBytes
@@ -136,6 +140,9 @@ func checkBody(data []byte, maxBytes int, kind string) error {
 	}
 	if !utf8.Valid(data) {
 		return invalidf("message is not valid %s", kind)
+	}
+	if i := bytes.IndexByte(data, 0); i >= 0 {
+		return invalidf("message contains a NUL byte (at byte %d)", i)
 	}
 	return nil
 }
@@ -165,13 +172,6 @@ func requireField(name, v string, max int) (string, error) {
 		return "", err
 	}
 	return v, nil
-}
-
-func pick(a, b *string) string {
-	if s := deref(a); s != "" {
-		return s
-	}
-	return deref(b)
 }
 
 func deref(s *string) string {
@@ -216,13 +216,13 @@ const (
 // fast path. The headers are trusted; whatever the body says about id,
 // scene, recipient or priority is not read. Gate-Recipient is
 // receive_id_type:receive_id, cut at the first ':', both parts required;
-// Gate-Priority is optional. Header values are held to the limits and
-// checks of the body's fields, and an invalid one gives an *InvalidError
-// naming the header. The body is still checked as bytes, not as JSON: within
-// maxBytes, not empty, valid UTF-8 without NUL bytes (what the body path
-// guarantees too, and what a Postgres text column requires of the payload
-// that suppression rows store). Raw is d.Data, untouched; MsgType is left
-// empty.
+// Gate-Priority is optional. Header values are held to the checks of the
+// body's fields (CheckName for the id, scene and receive_id, the known
+// values for the id type and priority), and an invalid one gives an
+// *InvalidError naming the header; a header is any bytes a producer sent,
+// so this is where invalid UTF-8 stops. The body is still checked as bytes,
+// not as JSON, as every body is first: within maxBytes, not empty, valid
+// UTF-8 without NUL bytes. Raw is d.Data, untouched.
 //
 // Otherwise it is ParseMessage(d.Data, d.HeaderID, maxBytes).
 func ParseDelivery(d Delivery, maxBytes int) (Message, error) {
@@ -232,9 +232,6 @@ func ParseDelivery(d Delivery, maxBytes int) (Message, error) {
 	data := d.Data
 	if err := checkBody(data, maxBytes, "UTF-8"); err != nil {
 		return Message{}, err
-	}
-	if bytes.IndexByte(data, 0) >= 0 {
-		return Message{}, invalidf("message contains a NUL byte")
 	}
 	m := Message{Raw: data}
 	var err error

@@ -2,7 +2,10 @@ package gate
 
 import (
 	"bytes"
+	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -18,7 +21,7 @@ func TestParseMessage(t *testing.T) {
 		want     Message
 	}{
 		{name: "full", data: `{"id":"m1","scene":"s","receive_id_type":"email","receive_id":"a@b.c","msg_type":"text","content":"{\"text\":\"hi\"}","priority":"urgent"}`,
-			want: Message{ID: "m1", Scene: "s", ReceiveIDType: "email", ReceiveID: "a@b.c", MsgType: "text", Priority: PriorityUrgent}},
+			want: Message{ID: "m1", Scene: "s", ReceiveIDType: "email", ReceiveID: "a@b.c", Priority: PriorityUrgent}},
 		{name: "feishu uuid as id", data: `{"uuid":"u1","scene":"s","receive_id":"ou_1"}`,
 			want: Message{ID: "u1", Scene: "s", ReceiveIDType: "open_id", ReceiveID: "ou_1", Priority: PriorityNormal}},
 		{name: "id from header", data: `{"scene":"s","receive_id":"ou_1","content":{"text":"object content"}}`, headerID: "h1",
@@ -29,6 +32,7 @@ func TestParseMessage(t *testing.T) {
 		{name: "array", data: `[1,2]`, wantErr: "not a JSON object"},
 		{name: "empty", data: `  `, wantErr: "empty"},
 		{name: "binary", data: "\xff\xfe\x00", wantErr: "UTF-8"},
+		{name: "NUL byte", data: "{\"id\":\"m\",\"scene\":\"s\",\"receive_id\":\"1\"}\x00", wantErr: "message contains a NUL byte (at byte 39)"},
 		{name: "no id", data: `{"scene":"s","receive_id":"ou_1"}`, wantErr: "id is missing"},
 		{name: "blank scene", data: `{"id":"m","scene":"  ","receive_id":"ou_1"}`, wantErr: "scene is missing"},
 		{name: "no recipient", data: `{"id":"m","scene":"s"}`, wantErr: "receive_id is missing"},
@@ -72,15 +76,7 @@ func FuzzParseMessage(f *testing.F) {
 	f.Add([]byte(`[[[[[[[[[[]]]]]]]]]]`), "")
 	f.Fuzz(func(t *testing.T, data []byte, hdr string) {
 		m, err := ParseMessage(data, hdr, 4096)
-		if err != nil {
-			if !IsInvalid(err) {
-				t.Fatalf("error %v is not an InvalidError", err)
-			}
-			return
-		}
-		if m.ID == "" || m.Scene == "" || m.ReceiveID == "" || !ValidPriority(m.Priority) {
-			t.Fatalf("accepted an incomplete message: %+v", m)
-		}
+		checkParsed(t, m, err)
 	})
 }
 
@@ -90,7 +86,7 @@ func TestParseDelivery(t *testing.T) {
 		return Delivery{Data: []byte(body), HeaderID: id, HeaderScene: scene, HeaderRecipient: recipient, HeaderPriority: priority}
 	}
 	withBody := func(d Delivery, data string) Delivery { d.Data = []byte(data); return d }
-	fromBody := Message{ID: "b1", Scene: "body.scene", ReceiveIDType: "email", ReceiveID: "a@b.c", MsgType: "text", Priority: PriorityHigh}
+	fromBody := Message{ID: "b1", Scene: "body.scene", ReceiveIDType: "email", ReceiveID: "a@b.c", Priority: PriorityHigh}
 	long := strings.Repeat("x", MaxReceiveIDBytes+1)
 	tests := []struct {
 		name    string
@@ -202,6 +198,13 @@ func FuzzParseDelivery(f *testing.F) {
 	f.Add([]byte(`not json`), "h1", "s", "email:a:b", "")
 	f.Add([]byte("{\x00}"), "h1", "s", "chat_id:oc_1", "low")
 	f.Add([]byte(`{}`), "h1", "s", "phone:1", "p0")
+	// What crashed or stalled the gate: header values that are not UTF-8,
+	// control and bidirectional characters.
+	f.Add([]byte(`{}`), "h1", "sc\xffene", "open_id:ou_1", "")
+	f.Add([]byte(`{}`), "h\xff", "s", "open_id:ou_1", "")
+	f.Add([]byte(`{}`), "h1", "s", "open_id:ou\xff", "")
+	f.Add([]byte(`{}`), "h1", "s\u0085", "open_id:ou_1", "")
+	f.Add([]byte(`{}`), "h1", "s\u202e", "open_id:ou_1", "high\xff")
 	f.Fuzz(func(t *testing.T, data []byte, id, scene, recipient, priority string) {
 		d := Delivery{Data: data, HeaderID: id, HeaderScene: scene, HeaderRecipient: recipient, HeaderPriority: priority}
 		m, err := ParseDelivery(d, 4096)
@@ -211,24 +214,212 @@ func FuzzParseDelivery(f *testing.F) {
 				t.Fatalf("without all three headers: got %+v, %v; ParseMessage gives %+v, %v", m, err, want, werr)
 			}
 		}
-		if err != nil {
-			if !IsInvalid(err) {
-				t.Fatalf("error %v is not an InvalidError", err)
-			}
+		if !checkParsed(t, m, err) {
 			return
-		}
-		if m.ID == "" || m.Scene == "" || m.ReceiveID == "" || !receiveIDTypes[m.ReceiveIDType] || !ValidPriority(m.Priority) {
-			t.Fatalf("accepted an incomplete message: %+v", m)
 		}
 		if len(m.Raw) > 4096 || !utf8.Valid(m.Raw) || bytes.IndexByte(m.Raw, 0) >= 0 || !bytes.Equal(m.Raw, data) {
 			t.Fatalf("accepted a body the audit store cannot hold, or changed it: %q", m.Raw)
 		}
 		if id != "" && scene != "" && recipient != "" {
-			if m.ID != id || m.Scene != scene || m.Recipient() != recipient || m.MsgType != "" {
+			if m.ID != id || m.Scene != scene || m.Recipient() != recipient {
 				t.Fatalf("header path: got %+v from headers %q %q %q", m, id, scene, recipient)
 			}
 		}
 	})
+}
+
+// hostileValues are what a producer may put in a field the gate keys,
+// stores or labels, each with the reason CheckName gives.
+var hostileValues = []struct{ name, v, reason string }{
+	{"invalid UTF-8", "sc\xffene", "is not valid UTF-8"},
+	{"truncated rune", "user\xe2\x80", "is not valid UTF-8"},
+	{"NUL", "a\x00b", "contains a control character (U+0000 at byte 1)"},
+	{"C0", "a\x1bb", "contains a control character (U+001B at byte 1)"},
+	{"DEL", "a\x7fb", "contains a control character (U+007F at byte 1)"},
+	{"C1", "a\u0085b", "contains a control character (U+0085 at byte 1)"},
+	{"right-to-left override", "user\u202egnp.exe", "contains a bidirectional control character (U+202E at byte 4)"},
+	{"isolate", "x\u2067y", "contains a bidirectional control character (U+2067 at byte 1)"},
+	{"right-to-left mark", "x\u200f", "contains a bidirectional control character (U+200F at byte 1)"},
+	{"Arabic letter mark", "x\u061c", "contains a bidirectional control character (U+061C at byte 1)"},
+	{"first isolate", "\u2066x", "contains a bidirectional control character (U+2066 at byte 0)"},
+	{"blank", " \t ", "is missing or empty"},
+	{"too long", strings.Repeat("z", MaxReceiveIDBytes+1), "is 513 bytes, over the limit of"},
+}
+
+// TestHostileFields holds every field the gate keeps to the same checks on
+// both paths: a hostile id, scene or receive_id is invalid whether it came
+// in the body (raw or as a JSON \u escape) or in a header, and the reason
+// names where it came from.
+func TestHostileFields(t *testing.T) {
+	const body = `{"id":"b1","scene":"s","receive_id":"ou_1"}`
+	type path struct {
+		name   string
+		d      Delivery
+		inBody bool   // the value is in the body, which must be UTF-8 as a whole
+		field  string // how the reason names the field
+	}
+	for _, hv := range hostileValues {
+		paths := []path{}
+		for _, esc := range []bool{false, true} {
+			enc := "raw"
+			if esc {
+				enc = "escaped"
+			}
+			for _, f := range []string{"id", "uuid", "scene", "receive_id"} {
+				env := map[string]string{"id": "b1", "scene": "s", "receive_id": "ou_1"}
+				if f == "uuid" {
+					delete(env, "id")
+				}
+				env[f] = hv.v
+				paths = append(paths, path{name: "body " + f + " " + enc, d: Delivery{Data: jsonObject(env, esc)}, inBody: true, field: f})
+			}
+		}
+		hdr := Delivery{Data: []byte(body), HeaderID: "h1", HeaderScene: "s", HeaderRecipient: "open_id:ou_1"}
+		id, scene, to := hdr, hdr, hdr
+		id.HeaderID, scene.HeaderScene, to.HeaderRecipient = hv.v, hv.v, "open_id:"+hv.v
+		paths = append(paths,
+			path{name: "body without id, Nats-Msg-Id", d: Delivery{Data: []byte(`{"scene":"s","receive_id":"ou_1"}`), HeaderID: hv.v},
+				field: "id (the Nats-Msg-Id header)"},
+			path{name: "Nats-Msg-Id", d: id, field: "Nats-Msg-Id header"},
+			path{name: "Gate-Scene", d: scene, field: "Gate-Scene header"},
+			path{name: "Gate-Recipient", d: to, field: "receive_id of the Gate-Recipient header"})
+		for _, p := range paths {
+			t.Run(hv.name+"/"+p.name, func(t *testing.T) {
+				want := p.field + " " + hv.reason
+				if !utf8.ValidString(hv.v) && p.inBody {
+					// The whole body is refused before it is decoded.
+					want = "message is not valid UTF-8 JSON"
+				}
+				_, err := ParseDelivery(p.d, 0)
+				if !parsed(t, err, want) {
+					cleanReason(t, err)
+				}
+			})
+		}
+	}
+}
+
+// TestHostileEnumFields sends hostile values where only known values pass
+// (receive_id_type, priority) by both paths: each is refused, named, and
+// quoted so that the reason is safe in a Gate-Error header and a log line.
+func TestHostileEnumFields(t *testing.T) {
+	for _, hv := range hostileValues {
+		if hv.name == "blank" {
+			continue // blank means the default on the body path
+		}
+		valid := Delivery{Data: []byte(`{"id":"b1","scene":"s","receive_id":"ou_1"}`), HeaderID: "h1", HeaderScene: "s", HeaderRecipient: "open_id:ou_1"}
+		typ, prio := valid, valid
+		typ.HeaderRecipient, prio.HeaderPriority = hv.v+":ou_1", hv.v
+		for _, tc := range []struct {
+			name, want string
+			d          Delivery
+		}{
+			{"body receive_id_type", "receive_id_type ", Delivery{Data: jsonObject(map[string]string{"id": "b1", "scene": "s", "receive_id": "ou_1", "receive_id_type": hv.v}, true)}},
+			{"body priority", "priority ", Delivery{Data: jsonObject(map[string]string{"id": "b1", "scene": "s", "receive_id": "ou_1", "priority": hv.v}, true)}},
+			{"Gate-Recipient type", "Gate-Recipient header: receive_id_type ", typ},
+			{"Gate-Priority", "Gate-Priority header ", prio},
+		} {
+			t.Run(hv.name+"/"+tc.name, func(t *testing.T) {
+				want := tc.want
+				if !utf8.ValidString(hv.v) && tc.d.HeaderID == "" {
+					want = "message is not valid UTF-8 JSON"
+				}
+				_, err := ParseDelivery(tc.d, 0)
+				if !parsed(t, err, want) {
+					cleanReason(t, err)
+				}
+			})
+		}
+	}
+}
+
+// TestMsgTypeNotKept: msg_type is passed through, never interpreted, so
+// any JSON value passes and both paths give the same Message.
+func TestMsgTypeNotKept(t *testing.T) {
+	for _, mt := range []string{`"text"`, `"a\u0000\u202e"`, `5`, `{"x":[]}`, `null`} {
+		data := []byte(`{"id":"m","scene":"s","receive_id":"ou_1","msg_type":` + mt + `}`)
+		fromBody, err := ParseMessage(data, "", 0)
+		if err != nil {
+			t.Fatalf("msg_type %s: %v", mt, err)
+		}
+		fromHeaders, err := ParseDelivery(Delivery{Data: data, HeaderID: "m", HeaderScene: "s", HeaderRecipient: "open_id:ou_1"}, 0)
+		if err != nil {
+			t.Fatalf("msg_type %s with headers: %v", mt, err)
+		}
+		if !reflect.DeepEqual(fromBody, fromHeaders) {
+			t.Errorf("msg_type %s: from the body %+v, from headers %+v", mt, fromBody, fromHeaders)
+		}
+	}
+}
+
+// jsonObject encodes fields as a JSON object with their bytes as they are
+// (even invalid UTF-8, which json.Marshal would replace), or, escaped, with
+// every byte outside printable ASCII as a \u escape, as a producer's JSON
+// encoder may write them.
+func jsonObject(fields map[string]string, escaped bool) []byte {
+	var b strings.Builder
+	b.WriteByte('{')
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%q:\"", k)
+		v := fields[k]
+		for i, r := range v {
+			switch {
+			case r == utf8.RuneError && !strings.HasPrefix(v[i:], "\uFFFD"):
+				b.WriteByte(v[i]) // invalid UTF-8 as it is: no JSON escape means it
+			case r == '"' || r == '\\':
+				b.WriteString(`\` + string(r))
+			case escaped && (r < 0x20 || r > 0x7e) && r <= 0xffff:
+				fmt.Fprintf(&b, `\u%04x`, r)
+			case !escaped && r < 0x20:
+				fmt.Fprintf(&b, `\u%04x`, r) // JSON has no raw control characters
+			default:
+				b.WriteRune(r)
+			}
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return []byte(b.String())
+}
+
+// cleanReason fails when an invalid message's reason could not go as it is
+// into a Gate-Error header or a log line: it must be valid UTF-8 without
+// control or bidirectional characters, whatever the producer sent.
+func cleanReason(t *testing.T, err error) {
+	t.Helper()
+	r := InvalidReason(err)
+	if !utf8.ValidString(r) || strings.IndexFunc(r, forbiddenInName) >= 0 {
+		t.Errorf("reason %q is not clean text", r)
+	}
+}
+
+// checkParsed checks what either parse gives, whatever the input: an
+// *InvalidError whose reason is clean text, or a message whose every kept
+// field passes the edge's checks. It reports whether the parse succeeded.
+func checkParsed(t *testing.T, m Message, err error) bool {
+	t.Helper()
+	if err != nil {
+		if !IsInvalid(err) {
+			t.Fatalf("error %v is not an InvalidError", err)
+		}
+		cleanReason(t, err)
+		return false
+	}
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{{"id", m.ID, MaxIDBytes}, {"scene", m.Scene, MaxSceneBytes}, {"receive_id", m.ReceiveID, MaxReceiveIDBytes}} {
+		if err := CheckName(f.name, f.v, f.max); err != nil {
+			t.Fatalf("accepted a message whose %v: %+v", err, m)
+		}
+	}
+	if !receiveIDTypes[m.ReceiveIDType] || !ValidPriority(m.Priority) {
+		t.Fatalf("accepted an unknown id type or priority: %+v", m)
+	}
+	return true
 }
 
 // parsed checks a parse's error against wantErr: an invalid-message error
@@ -249,35 +440,14 @@ func parsed(t *testing.T, err error, wantErr string) bool {
 }
 
 func TestCheckName(t *testing.T) {
-	for _, tc := range []struct {
-		name, v, want string
-	}{
-		{"plain", "alert.disk_full", ""},
-		{"inner space", "a b", ""},
-		{"han", "告警.磁盘", ""},
-		{"empty", "", "missing or empty"},
-		{"blank", " \t", "missing or empty"},
-		{"too long", strings.Repeat("x", 9), "over the limit of 8"},
-		{"invalid UTF-8", "sc\xffene", "not valid UTF-8"},
-		{"NUL", "a\x00b", "a control character (U+0000 at byte 1)"},
-		{"DEL", "a\x7f", "a control character (U+007F"},
-		{"C1", "a\u0085b", "a control character (U+0085"},
-		{"RLO", "user\u202egnp.exe", "a bidirectional control character (U+202E at byte 4)"},
-		{"isolate", "\u2066x", "a bidirectional control character (U+2066"},
-		{"RLM", "x\u200f", "a bidirectional control character (U+200F"},
-		{"ALM", "x\u061c", "a bidirectional control character (U+061C"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := CheckName("scene", tc.v, 8*utf8.UTFMax)
-			if tc.name == "too long" {
-				err = CheckName("scene", tc.v, 8)
-			}
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("CheckName(%q) = %v, want nil", tc.v, err)
-			case tc.want != "" && (err == nil || !IsInvalid(err) || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("CheckName(%q) = %v, want an invalid-message error containing %q", tc.v, err, tc.want)
-			}
+	for _, v := range []string{"alert.disk_full", "a b", "告警.磁盘", "👩\u200d💻", "مستخدم", strings.Repeat("x", MaxReceiveIDBytes)} {
+		if err := CheckName("scene", v, MaxReceiveIDBytes); err != nil {
+			t.Errorf("CheckName(%q) = %v, want nil", v, err)
+		}
+	}
+	for _, hv := range append(hostileValues, struct{ name, v, reason string }{"empty", "", "is missing or empty"}) {
+		t.Run(hv.name, func(t *testing.T) {
+			parsed(t, CheckName("scene", hv.v, MaxReceiveIDBytes), "scene "+hv.reason)
 		})
 	}
 }
