@@ -100,7 +100,22 @@ type Prior struct {
 // scene's hourly counters. Records whose Key is already known change
 // nothing, so Commit is idempotent and safe to retry; it returns their keys
 // (nil when every key was new). Decided returns, of keys, those committed
-// before with what was decided. Errors are transient (wrap ErrUnavailable).
+// before with what was decided.
+//
+// A failed Commit wrote nothing. Its error wraps one of:
+//   - ErrUnavailable: transient (the database unreachable, a timeout, a
+//     conflict with another transaction); the same call may succeed later.
+//   - ErrPermanent: the store refused the data of at least one record (text
+//     it cannot hold, such as invalid UTF-8 or a NUL byte; a constraint or
+//     one of its limits violated; a record with no key, no time or an
+//     unknown outcome, which also wraps ErrBadRequest). The same records
+//     fail again however often they are retried, but a subset without the
+//     offending ones can succeed: the caller commits the rest and parks the
+//     messages of the records refused on their own.
+//
+// Decided's errors are the same two: ErrPermanent when a key is one the
+// store could never have committed (a key Commit would refuse), so it was
+// never decided.
 type AuditLog interface {
 	Decided(ctx context.Context, keys []string) (map[string]Prior, error)
 	Commit(ctx context.Context, recs []Record) (known []string, err error)

@@ -35,6 +35,15 @@ func InvalidReason(err error) string {
 // audit store, NATS). A message that meets it is retried later, never acked.
 var ErrUnavailable = errors.New("dependency unavailable")
 
+// ErrPermanent marks a store's refusal of the data it was given, which no
+// retry can change: text the database cannot hold (invalid UTF-8, a NUL
+// byte), a constraint violated, a value over one of its limits. Retrying the
+// same data fails the same way, so a message that meets it is parked, never
+// retried: were it retried, every such message would hold a place among the
+// unacknowledged ones for good, and enough of them stop all delivery. It is
+// never wrapped together with ErrUnavailable.
+var ErrPermanent = errors.New("refused permanently")
+
 // ErrNotFound is returned by lookups that find nothing.
 var ErrNotFound = errors.New("not found")
 

@@ -27,7 +27,9 @@ const (
 
 // Decided returns, of keys, those committed before, with the outcome and
 // time then recorded. Keys are looked up 500 to a statement (all in one on
-// PostgreSQL).
+// PostgreSQL). A key the database refuses (on PostgreSQL, one that is not
+// UTF-8 or holds a NUL byte) gives an error wrapping gate.ErrPermanent: it
+// can never have been committed. Other errors wrap gate.ErrUnavailable.
 func (s *Store) Decided(ctx context.Context, keys []string) (map[string]gate.Prior, error) {
 	if len(keys) == 0 {
 		return map[string]gate.Prior{}, nil
@@ -40,10 +42,10 @@ func (s *Store) Decided(ctx context.Context, keys []string) (map[string]gate.Pri
 	for chunk := range slices.Chunk(keys, chunkRows) {
 		rows, err := s.db.WithContext(ctx).Raw(`SELECT "key", outcome, decided_at FROM decisions WHERE "key" IN ?`, chunk).Rows()
 		if err != nil {
-			return nil, unavailable("decided", err)
+			return nil, classify("decided", err)
 		}
 		if err := scanPriors(rows, decided); err != nil {
-			return nil, unavailable("decided", err)
+			return nil, classify("decided", err)
 		}
 	}
 	return decided, nil
@@ -57,12 +59,17 @@ func (s *Store) Decided(ctx context.Context, keys []string) (map[string]gate.Pri
 //
 // A record without a Key or a time, or with an unknown Outcome, is a
 // programming error: the whole batch is refused with an error wrapping
-// gate.ErrBadRequest and nothing is written. Any other error wraps
-// gate.ErrUnavailable, and nothing of the batch was written either.
+// gate.ErrBadRequest and gate.ErrPermanent, and nothing is written. So is a
+// batch holding a record the database refuses (see refused: text that is
+// not UTF-8 or holds a NUL byte on PostgreSQL, a CHECK constraint violated
+// on SQLite, a key over the index's size limit), with an error wrapping
+// gate.ErrPermanent. Any other error wraps gate.ErrUnavailable, and nothing
+// of the batch was written either. SQLite stores any bytes as text, so what
+// PostgreSQL refuses for its encoding SQLite keeps as sent.
 func (s *Store) Commit(ctx context.Context, recs []gate.Record) (known []string, err error) {
 	recs, err = uniqueRecords(recs)
 	if err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
+		return nil, fmt.Errorf("commit: %w: %w", gate.ErrPermanent, err)
 	}
 	if len(recs) == 0 {
 		return nil, nil
@@ -87,7 +94,7 @@ func (s *Store) Commit(ctx context.Context, recs []gate.Record) (known []string,
 		})
 	}
 	if err != nil {
-		return nil, unavailable("commit", err)
+		return nil, classify("commit", err)
 	}
 	for _, r := range recs {
 		if !claimed[r.Key] {

@@ -63,11 +63,11 @@ SELECT "key" FROM claimed`
 func (s *Store) decidedOnPostgres(ctx context.Context, keys []string) (map[string]gate.Prior, error) {
 	rows, err := s.sqlDB.QueryContext(ctx, decidedPostgres, pgx.QueryExecModeExec, keys)
 	if err != nil {
-		return nil, unavailable("decided", err)
+		return nil, classify("decided", err)
 	}
 	decided := make(map[string]gate.Prior)
 	if err := scanPriors(rows, decided); err != nil {
-		return nil, unavailable("decided", err)
+		return nil, classify("decided", err)
 	}
 	return decided, nil
 }

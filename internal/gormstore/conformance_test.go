@@ -33,6 +33,8 @@ func runConformance(t *testing.T, fresh freshFunc) {
 		{"CountsByOutcome", testCountsByOutcome},
 		{"ConcurrentOverlappingCommits", testConcurrentOverlappingCommits},
 		{"BadRecords", testBadRecords},
+		{"RefusedRecords", testRefusedRecords},
+		{"RefusedKeysLookedUp", testRefusedKeysLookedUp},
 		{"SuppressionRoundTrip", testSuppressionRoundTrip},
 		{"Redaction", testRedaction},
 		{"DecidedAndLargeBatch", testDecidedAndLargeBatch},
@@ -267,8 +269,8 @@ func testBadRecords(t *testing.T, fresh freshFunc) {
 	}
 	for _, tt := range tests {
 		_, err := s.Commit(context.Background(), []gate.Record{good, tt.bad})
-		if !errors.Is(err, gate.ErrBadRequest) || errors.Is(err, gate.ErrUnavailable) {
-			t.Errorf("%s: got %v, want an error wrapping ErrBadRequest and not ErrUnavailable", tt.name, err)
+		if !errors.Is(err, gate.ErrBadRequest) || !errors.Is(err, gate.ErrPermanent) || errors.Is(err, gate.ErrUnavailable) {
+			t.Errorf("%s: got %v, want an error wrapping ErrBadRequest and ErrPermanent, not ErrUnavailable", tt.name, err)
 		}
 	}
 	if got := countRows(t, s, "decisions"); got != 0 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/glebarez/sqlite"
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 
@@ -248,6 +249,53 @@ func (s *Store) Close() error {
 // unavailable marks err, from the database or its driver, as transient.
 func unavailable(op string, err error) error {
 	return fmt.Errorf("%s: %w: %w", op, gate.ErrUnavailable, err)
+}
+
+// classify marks err, from the database or its driver, as permanent when
+// the database refused the data it was sent (see refused), and as transient
+// otherwise. Only the calls that carry a message's data (Commit, Decided)
+// classify: for any other, a refusal is a fault of the gate or its schema,
+// which waiting out is the safer answer to.
+func classify(op string, err error) error {
+	if refused(err) {
+		return fmt.Errorf("%s: %w: %w", op, gate.ErrPermanent, err)
+	}
+	return unavailable(op, err)
+}
+
+// SQLite's primary result codes of a refusal of the data (an extended
+// code's low byte is its primary code).
+const (
+	sqliteTooBig     = 18 // a string or blob over SQLITE_MAX_LENGTH
+	sqliteConstraint = 19 // CHECK, NOT NULL, UNIQUE, PRIMARY KEY
+	sqliteMismatch   = 20 // a value of the wrong type for a column
+)
+
+// refused reports whether err is the database refusing the values of a
+// statement, so that running it again with the same values fails the same
+// way. On PostgreSQL that is SQLSTATE class 22 (data exception: 22021 for
+// invalid UTF-8 or a NUL byte in text, 22P05, 22001, 22003, 22008, …),
+// class 23 (integrity constraint violation) and class 54 (program limit
+// exceeded: 54000 for an index row over the btree limit, …). Serialization
+// failures and deadlocks (class 40), lost connections, timeouts and anything
+// the driver reports without a code are transient.
+func refused(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:min(2, len(pgErr.Code))] {
+		case "22", "23", "54":
+			return true
+		}
+		return false
+	}
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		switch coded.Code() & 0xff {
+		case sqliteTooBig, sqliteConstraint, sqliteMismatch:
+			return true
+		}
+	}
+	return false
 }
 
 // badRequest marks a mistake of the caller, which retrying cannot fix.
