@@ -5,11 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/antifatigue/gate/internal/gate"
 )
 
 // FuzzParse wants Parse never to panic, every failure to be an *Error whose
-// problems all name the document, and every success to survive Format: the
-// formatted text parses back to the same version. Seeds are the good and bad
+// problems all name the document, and every success to name only scenes a
+// message can carry and to survive Format: the formatted text parses back
+// to the same version. Seeds are the good and bad
 // fixtures plus testdata/fuzz/FuzzParse.
 func FuzzParse(f *testing.F) {
 	for _, pattern := range []string{"testdata/good/*.yaml", "testdata/bad/*.yaml", "../../rules/*.yaml"} {
@@ -35,6 +38,11 @@ func FuzzParse(f *testing.F) {
 				}
 			}
 			return
+		}
+		for name := range rs.Scenes {
+			if err := gate.CheckName("scene", name, gate.MaxSceneBytes); err != nil {
+				t.Fatalf("a rule names a scene no message can carry: %v", err)
+			}
 		}
 		out := Format(rs)
 		again, err := Parse("formatted.yaml", out)

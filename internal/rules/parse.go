@@ -454,21 +454,25 @@ func (p *docParser) sceneMap(n *yaml.Node) {
 	}
 }
 
-// sceneName checks a scene name as a message would carry it: names with
-// whitespace or control characters could never be matched reliably.
+// sceneName checks a scene name as a message would carry it: gate.CheckName,
+// the check every message's scene passes, so that a rule never names a
+// scene no message can carry; and no whitespace at all, which a message may
+// carry inside a scene but which a person reading or editing the rule could
+// not tell apart.
 func (p *docParser) sceneName(k *yaml.Node) bool {
 	name := k.Value
-	var reason string
-	switch {
-	case isNull(k) || name == "":
-		reason = "scene name must not be empty"
-	case len(name) > gate.MaxSceneBytes:
-		reason = fmt.Sprintf("scene name is %d bytes, over the limit of %d", len(name), gate.MaxSceneBytes)
-	case !utf8.ValidString(name):
-		reason = "scene name is not valid UTF-8"
-	case strings.IndexFunc(name, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
-		reason = fmt.Sprintf("scene name %q contains whitespace or a control character", name)
-	default:
+	if isNull(k) {
+		name = ""
+	}
+	field := "scene name" // quoted when that helps find it: not empty, not huge
+	if name != "" && len(name) <= gate.MaxSceneBytes {
+		field = fmt.Sprintf("scene name %q", name)
+	}
+	reason := gate.InvalidReason(gate.CheckName(field, name, gate.MaxSceneBytes))
+	if reason == "" && strings.IndexFunc(name, unicode.IsSpace) >= 0 {
+		reason = field + " contains whitespace"
+	}
+	if reason == "" {
 		return true
 	}
 	p.failf(k, "scenes", "%s", reason)

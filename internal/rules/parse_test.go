@@ -3,12 +3,16 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -201,6 +205,37 @@ func TestVersion(t *testing.T) {
 	}
 	if v := mustParse(t, "# a comment\nscenes: {a: {limits: [{max: 1, window: 60m}], on_exceed: suppress}}\n").Version; v != baseRS.Version {
 		t.Errorf("the same rules written differently have version %s, want %s", v, baseRS.Version)
+	}
+}
+
+// TestSceneNamesAsMessagesCarryThem holds the rules to the messages' check
+// of a scene: a scene a rule can name is one a message can carry, and a
+// scene a message can carry can be named by a rule unless it holds
+// whitespace, which the rules refuse on top.
+func TestSceneNamesAsMessagesCarryThem(t *testing.T) {
+	for _, name := range []string{
+		"alert.disk_full", "告警.磁盘", "👩\u200d💻", "a\u200bb", strings.Repeat("x", gate.MaxSceneBytes),
+		strings.Repeat("x", gate.MaxSceneBytes+1), "", " ", "a b", "a\tb", "a\u00a0b", "a\u2007b",
+		"a\x00b", "a\x1bb", "a\x7fb", "a\u0085b", "a\u009fb", "user\u202egnp.exe", "x\u200f", "\u2066x", "x\u061c",
+	} {
+		// Go's escapes in ASCII are YAML's too (\t, \xXX below 0x80,
+		// \uXXXX, \UXXXXXXXX), so the document carries the name exactly.
+		doc := "scenes:\n  " + strconv.QuoteToASCII(name) + ":\n    limits: [{window: 1h, max: 1}]\n"
+		rs, ruleErr := Parse("test.yaml", []byte(doc))
+		if ruleErr == nil {
+			if _, ok := rs.Scenes[name]; !ok {
+				t.Fatalf("%q: parsed scenes %v, want the name as written", name, slices.Collect(maps.Keys(rs.Scenes)))
+			}
+		}
+		d := gate.Delivery{Data: []byte("{}"), HeaderID: "m", HeaderScene: name, HeaderRecipient: "open_id:ou_1"}
+		_, msgErr := gate.ParseDelivery(d, 0)
+		if name == "" {
+			msgErr = gate.CheckName("scene", name, gate.MaxSceneBytes) // an empty header means no header
+		}
+		spaced := strings.IndexFunc(name, unicode.IsSpace) >= 0
+		if (ruleErr == nil) != (msgErr == nil && !spaced) {
+			t.Errorf("scene %q: a rule gives %v, a message %v", name, ruleErr, msgErr)
+		}
 	}
 }
 
