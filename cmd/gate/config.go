@@ -119,7 +119,7 @@ func settings(c *config) []setting {
 		{"max-message-bytes", "GATE_MAX_MESSAGE_BYTES", "262144", "largest envelope decided; larger ones go to the dead letter", false, num(&c.MaxMessageBytes)},
 		{"batch", "GATE_BATCH", "256", "most messages decided together", false, num(&c.Batch)},
 		{"store-timeout", "GATE_STORE_TIMEOUT", "200ms", "longest wait for the window store on one batch", false, dur(&c.StoreTimeout)},
-		{"ack-wait", "GATE_ACK_WAIT", "30s", "JetStream AckWait of the gate consumer", false, dur(&c.AckWait)},
+		{"ack-wait", "GATE_ACK_WAIT", "5s", "JetStream AckWait of the gate consumer: how soon the messages of a gate that died go to another; a slow batch keeps its own with heartbeats, for up to 3 times this", false, dur(&c.AckWait)},
 		{"max-ack-pending", "GATE_MAX_ACK_PENDING", "1000", "JetStream MaxAckPending of the gate consumer", false, num(&c.MaxAckPending)},
 		{"max-deliver", "GATE_MAX_DELIVER", "-1", "most deliveries of one message; one that exhausts them is parked on the dead-letter subject (-1: retry without limit)", false, func(v string) error {
 			n, err := strconv.Atoi(v)

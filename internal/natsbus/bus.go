@@ -54,8 +54,15 @@ type Options struct {
 	// size limit should be below it so oversize messages get a reason (1 MiB).
 	MaxMsgBytes int32
 
-	AckWait       time.Duration // 30s; must exceed the worst decision time
-	MaxAckPending int           // 1000
+	// AckWait is how long a delivered message waits for its gate's answer
+	// before JetStream hands it to another (5s): the stall after a gate
+	// dies. A slow batch keeps its messages longer with heartbeats (see
+	// ConsumeOptions.HandleTimeout), so it need not exceed the worst
+	// decision time, only the longest a heartbeat may be late (a loaded
+	// machine, a GC pause) and the time messages wait in the pull buffer
+	// before their batch starts.
+	AckWait       time.Duration
+	MaxAckPending int // 1000
 	// MaxDeliver bounds the deliveries of one message; one that exhausts
 	// them is parked on the dead letter by ParkExhausted. 0 or -1 means
 	// unlimited: a message is retried for as long as its dependencies are
@@ -81,7 +88,7 @@ func (o *Options) setDefaults() {
 	defd(&o.OutMaxAge, 72*time.Hour)
 	defd(&o.OutDuplicates, 2*time.Hour)
 	defd(&o.DeadMaxAge, 30*24*time.Hour)
-	defd(&o.AckWait, 30*time.Second)
+	defd(&o.AckWait, 5*time.Second)
 	if o.MaxMsgBytes <= 0 {
 		o.MaxMsgBytes = 1 << 20
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -17,8 +18,13 @@ import (
 type ConsumeOptions struct {
 	// Batch is the most messages decided together (256).
 	Batch int
-	// HandleTimeout bounds one batch's handling, so a hung dependency
-	// cannot hold messages past AckWait (AckWait/2).
+	// HandleTimeout bounds one batch's handling (3×AckWait). While a
+	// batch is in hand its messages are kept from redelivery by a
+	// heartbeat (InProgress) every AckWait/3, up to HandleTimeout: a batch
+	// slowed by its stores keeps its messages, a hung one cannot keep them
+	// for more than HandleTimeout+AckWait (one that panicked, decided again
+	// one message at a time, HandleTimeout more), and those of a gate that
+	// died come back after AckWait.
 	HandleTimeout time.Duration
 	// RetryMin and RetryMax bound the delay before a message that met a
 	// transient failure is redelivered; it doubles with each delivery
@@ -68,6 +74,11 @@ func (b *Bus) Consume(ctx context.Context, h gate.BatchHandler, o ConsumeOptions
 // with start, one at a time in arrival order, and settles it once its finish
 // returns, with up to InFlight batches started and not yet settled. On
 // cancellation it also waits for the batches in flight.
+//
+// A panic of start or finish does not end the process: the batch's messages
+// are then decided again one at a time, each as a redelivery, and only one
+// that makes the handler panic on its own is parked on the dead letter
+// ("the gate failed on this message: ...") and terminated.
 func (b *Bus) ConsumeStaged(ctx context.Context, start gate.BatchStarter, o ConsumeOptions) error {
 	if o.InFlight <= 0 {
 		o.InFlight = 2
@@ -76,7 +87,7 @@ func (b *Bus) ConsumeStaged(ctx context.Context, start gate.BatchStarter, o Cons
 		o.Batch = 256
 	}
 	if o.HandleTimeout <= 0 {
-		o.HandleTimeout = b.opts.AckWait / 2
+		o.HandleTimeout = 3 * b.opts.AckWait
 	}
 	if o.RetryMin <= 0 {
 		o.RetryMin = 500 * time.Millisecond
@@ -147,6 +158,8 @@ func (b *Bus) consume(ctx context.Context, cons jetstream.Consumer, start gate.B
 	slots := make(chan struct{}, o.InFlight)
 	var inFlight sync.WaitGroup
 	defer inFlight.Wait()
+	// Starts one at a time: the loop's, and a panicked batch's retries.
+	var starting sync.Mutex
 	for {
 		// A slot first, then the batch: it takes whatever arrived while
 		// the batches in flight held every slot.
@@ -174,17 +187,18 @@ func (b *Bus) consume(ctx context.Context, cons jetstream.Consumer, start gate.B
 				break fill
 			}
 		}
-		b.handle(batch, start, o, &inFlight, slots)
+		b.handle(batch, start, &starting, o, &inFlight, slots)
 	}
 }
 
 // handle starts a batch and settles it once finished: at once with one
 // batch in flight, else from a goroutine, which frees its slot when done.
-func (b *Bus) handle(batch []jetstream.Msg, start gate.BatchStarter, o ConsumeOptions, inFlight *sync.WaitGroup, slots chan struct{}) {
+func (b *Bus) handle(batch []jetstream.Msg, start gate.BatchStarter, starting *sync.Mutex, o ConsumeOptions, inFlight *sync.WaitGroup, slots chan struct{}) {
 	// Handling never uses the consume context: a shutdown lets the batches
 	// in hand finish, bounded by HandleTimeout.
 	ctx, cancel := context.WithTimeout(context.Background(), o.HandleTimeout)
 	now := time.Now()
+	beat := b.heartbeat(batch, now.Add(o.HandleTimeout))
 	ds := make([]gate.Delivery, len(batch))
 	for i, m := range batch {
 		d := deliveryOf(m.Data(), m.Headers(), now)
@@ -193,10 +207,20 @@ func (b *Bus) handle(batch []jetstream.Msg, start gate.BatchStarter, o ConsumeOp
 		}
 		ds[i] = d
 	}
-	finish := start(ctx, ds)
+	finish, panicked := startGuarded(ctx, start, starting, ds)
 	settle := func() {
-		defer func() { cancel(); <-slots }()
-		errs := finish()
+		defer func() { beat.stop(); cancel(); <-slots }()
+		var errs []error
+		if panicked == nil {
+			errs, panicked = guard(finish)
+		}
+		if panicked != nil {
+			b.log.Error("the gate panicked on a batch; deciding its messages one at a time",
+				"first_seq", ds[0].Seq, "messages", len(batch), "panic", panicked.value)
+			b.decideEach(batch, ds, start, starting, beat, o)
+			return
+		}
+		beat.stop()
 		for i, m := range batch {
 			var err error
 			if i < len(errs) {
@@ -210,6 +234,139 @@ func (b *Bus) handle(batch []jetstream.Msg, start gate.BatchStarter, o ConsumeOp
 		return
 	}
 	inFlight.Go(settle)
+}
+
+// decideEach decides the messages of a batch whose handler panicked one at
+// a time, within a handling of their own (bounded by HandleTimeout, the
+// batch's heartbeat extended to it), and parks each that makes the handler
+// panic alone. Each is handed over as a redelivery, which it is to the
+// handler: one that the batch decided before the panic is looked up, not
+// decided twice.
+func (b *Bus) decideEach(batch []jetstream.Msg, ds []gate.Delivery, start gate.BatchStarter, starting *sync.Mutex, beat *heartbeat, o ConsumeOptions) {
+	ctx, cancel := context.WithTimeout(context.Background(), o.HandleTimeout)
+	defer cancel()
+	beat.extend(time.Now().Add(o.HandleTimeout))
+	for i, m := range batch {
+		again := ds[i]
+		again.NumDelivered = max(again.NumDelivered, 1) + 1
+		finish, panicked := startGuarded(ctx, start, starting, []gate.Delivery{again})
+		var errs []error
+		if panicked == nil {
+			errs, panicked = guard(finish)
+		}
+		var err error
+		switch {
+		case panicked != nil:
+			b.log.Error("the gate panicked on a message; parking it", "seq", ds[i].Seq, "panic", panicked.value, "stack", string(panicked.stack))
+			if o.Metrics != nil {
+				o.Metrics.Panicked.Inc()
+			}
+			err = &gate.InvalidError{Reason: PanicReason(panicked.value)}
+		case len(errs) > 0:
+			err = errs[0]
+		}
+		beat.settling(1)
+		b.settle(ctx, m, ds[i], err, o)
+	}
+}
+
+// PanicReason is the Gate-Error of a message parked because deciding it
+// made the gate panic with v: quoted, since a panic may echo the message's
+// bytes (invalid UTF-8, line breaks) and a header must hold neither, and
+// cut to a length a header can carry.
+func PanicReason(v any) string {
+	return fmt.Sprintf("the gate failed on this message: %.300q", fmt.Sprint(v))
+}
+
+// panicked is a recovered panic: its value and where it happened.
+type panicked struct {
+	value any
+	stack []byte
+}
+
+// guard calls f and turns a panic into a *panicked.
+func guard[T any](f func() T) (v T, p *panicked) {
+	defer func() {
+		if r := recover(); r != nil {
+			p = &panicked{value: r, stack: debug.Stack()}
+		}
+	}()
+	return f(), nil
+}
+
+// startGuarded starts a batch, one start at a time.
+func startGuarded(ctx context.Context, start gate.BatchStarter, starting *sync.Mutex, ds []gate.Delivery) (func() []error, *panicked) {
+	starting.Lock()
+	defer starting.Unlock()
+	return guard(func() func() []error { return start(ctx, ds) })
+}
+
+// heartbeat tells JetStream every AckWait/3 that the messages of a batch
+// are still in hand (InProgress), so that it does not hand them to another
+// gate while their batch is slow, until a deadline: HandleTimeout bounds
+// how long a batch keeps its messages. A heartbeat that fails (the
+// connection is gone) is not retried: the message comes back after
+// AckWait, as it must when its gate is gone.
+type heartbeat struct {
+	mu    sync.Mutex
+	msgs  []jetstream.Msg // the messages not yet settled
+	until time.Time
+	every time.Duration
+	t     *time.Timer
+}
+
+// heartbeat starts the heartbeat of msgs, until the deadline.
+func (b *Bus) heartbeat(msgs []jetstream.Msg, until time.Time) *heartbeat {
+	h := &heartbeat{msgs: msgs, until: until, every: b.opts.AckWait / 3}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.t = time.AfterFunc(h.every, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if len(h.msgs) == 0 || time.Now().After(h.until) {
+			return
+		}
+		b.log.Debug("batch still in hand; telling JetStream it is in progress", "first_seq", seqOf(h.msgs[0]), "messages", len(h.msgs))
+		for _, m := range h.msgs {
+			_ = m.InProgress()
+		}
+		h.t.Reset(h.every)
+	})
+	return h
+}
+
+// settling drops the first n messages, about to be settled: once it
+// returns no heartbeat is sent for them, so none can follow an ack or a
+// delayed nak (whose delay a heartbeat would cut short).
+func (h *heartbeat) settling(n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.msgs = h.msgs[min(n, len(h.msgs)):]
+}
+
+// extend moves the deadline, and starts the heartbeat again if it had
+// passed.
+func (h *heartbeat) extend(until time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.until = until
+	h.t.Reset(h.every)
+}
+
+// stop ends the heartbeat: none is sent once it returns.
+func (h *heartbeat) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.msgs = nil
+	h.t.Stop()
+}
+
+func seqOf(m jetstream.Msg) uint64 {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0
+	}
+	return md.Sequence.Stream
 }
 
 // deliveryOf is a message's data and headers as the handler sees them,
