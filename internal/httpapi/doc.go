@@ -4,7 +4,9 @@
 // hourly timeseries, top recipients) and the OpenAPI 3 document that
 // describes them all (openapi.json, embedded; a test keeps its schemas in
 // step with the Go types). One place maps domain errors to status codes,
-// and one middleware checks the bearer token on /v1/*.
+// and one middleware checks the bearer token on /v1/*; before both, one
+// checks the Host against an allow-list, so that a web page cannot reach
+// the gate through DNS rebinding.
 //
 // It may import the standard library, the Prometheus client, internal/gate,
 // internal/metrics and internal/webui; never an adapter.

@@ -142,3 +142,39 @@ func TestOpenAPIPathsAreServed(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAPIDocumentsRefusals keeps the document in step with the
+// refusals every route can give: 403 for a Host not allowed on all but the
+// probes, 400 for a query string that does not parse on every /v1/ path,
+// and the length bounds of the scene and recipient filters.
+func TestOpenAPIDocumentsRefusals(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Responses map[string]json.RawMessage `json:"responses"`
+		} `json:"paths"`
+		Components struct {
+			Parameters map[string]struct {
+				Schema struct {
+					MaxLength int `json:"maxLength"`
+				} `json:"schema"`
+			} `json:"parameters"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for path, ops := range doc.Paths {
+		resp := ops["get"].Responses
+		if _, ok := resp["403"]; ok == probePaths[path] {
+			t.Errorf("GET %s: 403 documented %v; the Host check applies to it: %v", path, ok, !probePaths[path])
+		}
+		if _, ok := resp["400"]; strings.HasPrefix(path, "/v1/") && !ok {
+			t.Errorf("GET %s: 400 is not documented; a malformed query string gets it", path)
+		}
+	}
+	for name, want := range map[string]int{"scene": gate.MaxSceneBytes, "recipient": maxRecipientBytes} {
+		if got := doc.Components.Parameters[name].Schema.MaxLength; got != want {
+			t.Errorf("parameter %s: maxLength %d, want %d as the server checks", name, got, want)
+		}
+	}
+}

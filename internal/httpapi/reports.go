@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -21,6 +20,10 @@ const (
 	maxCSVRows    = 100_000 // rows of one /v1/suppressions.csv export
 	csvPageRows   = 1000    // rows read from the store at a time by the export
 	truncatedHead = "Gate-Truncated"
+
+	// maxRecipientBytes bounds the recipient filter: the longest
+	// receive_id_type (union_id), the colon, and the longest receive_id.
+	maxRecipientBytes = len("union_id:") + gate.MaxReceiveIDBytes
 )
 
 // Timeseries is the body of GET /v1/reports/timeseries.
@@ -32,13 +35,12 @@ type Timeseries struct {
 	Hours []gate.HourSummary `json:"hours"`
 }
 
-func (s *server) timeseries(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
+func (s *server) timeseries(w http.ResponseWriter, r *http.Request, q url.Values) error {
 	since, until, err := timeRange(q)
 	if err != nil {
 		return err
 	}
-	scene, err := textParam(q, "scene")
+	scene, err := nameParam(q, "scene", gate.MaxSceneBytes)
 	if err != nil {
 		return err
 	}
@@ -57,8 +59,7 @@ type TopRecipients struct {
 	Recipients []gate.RecipientCount `json:"recipients"`
 }
 
-func (s *server) topRecipients(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
+func (s *server) topRecipients(w http.ResponseWriter, r *http.Request, q url.Values) error {
 	since, until, err := timeRange(q)
 	if err != nil {
 		return err
@@ -87,8 +88,11 @@ var csvHeader = []string{"id", "message_id", "decided_at", "scene", "recipient",
 // before anything is written, so a bad filter or an unavailable store still
 // gets its status code. When rows beyond the limit exist, the trailer
 // Gate-Truncated says "true".
-func (s *server) suppressionsCSV(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
+//
+// The export is exempt from the server's WriteTimeout, which would cut a
+// long one: each page gets its own write deadline instead, ExportPageTimeout
+// from when it is read.
+func (s *server) suppressionsCSV(w http.ResponseWriter, r *http.Request, q url.Values) error {
 	f, err := suppressionFilter(q)
 	if err != nil {
 		return err
@@ -110,6 +114,12 @@ func (s *server) suppressionsCSV(w http.ResponseWriter, r *http.Request) error {
 	h.Set("Content-Disposition", `attachment; filename="suppressions.csv"`)
 	h.Set("Cache-Control", "no-store")
 	h.Set("Trailer", truncatedHead)
+	rc := http.NewResponseController(w)
+	// Only the write deadline: a read deadline set here would also reach
+	// the server's background read of the connection and cancel the
+	// request's context when it passes (golang/go#70834).
+	extend := func() { _ = rc.SetWriteDeadline(time.Now().Add(s.o.ExportPageTimeout)) }
+	extend()
 	w.WriteHeader(http.StatusOK)
 	cw := csv.NewWriter(w)
 	_ = cw.Write(csvHeader) // write errors mean the client went away: Flush reports them below
@@ -127,7 +137,9 @@ func (s *server) suppressionsCSV(w http.ResponseWriter, r *http.Request) error {
 			break
 		}
 		f.Cursor, f.Limit = page.NextCursor, min(csvPageRows, capRows-written)
-		if page, err = s.o.Reports.Suppressions(r.Context(), f); err != nil {
+		page, err = s.o.Reports.Suppressions(r.Context(), f)
+		extend()
+		if err != nil {
 			// The status line is gone: cut the response short, so the
 			// client sees a failed transfer rather than a complete-looking
 			// file. http.ErrAbortHandler is net/http's way to do that.
@@ -168,24 +180,28 @@ func suppressionFilter(q url.Values) (gate.SuppressionFilter, error) {
 	if err != nil {
 		return gate.SuppressionFilter{}, err
 	}
-	scene, err := textParam(q, "scene")
+	scene, err := nameParam(q, "scene", gate.MaxSceneBytes)
 	if err != nil {
 		return gate.SuppressionFilter{}, err
 	}
-	recipient, err := textParam(q, "recipient")
+	recipient, err := nameParam(q, "recipient", maxRecipientBytes)
 	if err != nil {
 		return gate.SuppressionFilter{}, err
 	}
 	return gate.SuppressionFilter{Scene: scene, Recipient: recipient, Since: since, Until: until}, nil
 }
 
-// textParam reads a filter that is compared with stored text: it must be
-// UTF-8 without NUL bytes, which no scene or recipient holds and which
-// PostgreSQL refuses in a query.
-func textParam(q url.Values, name string) (string, error) {
+// nameParam reads a scene or recipient filter; absent or empty means
+// every one. A value must pass the check every message's scene and
+// recipient pass (gate.CheckName): no stored row can hold one that fails,
+// and PostgreSQL refuses invalid UTF-8 and NUL bytes in a query.
+func nameParam(q url.Values, name string, max int) (string, error) {
 	v := q.Get(name)
-	if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
-		return "", badRequest("%s must be UTF-8 text without NUL bytes", name)
+	if v == "" {
+		return "", nil
+	}
+	if err := gate.CheckName(name, v, max); err != nil {
+		return "", badRequest("%s", gate.InvalidReason(err))
 	}
 	return v, nil
 }

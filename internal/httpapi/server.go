@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,10 +40,28 @@ type Options struct {
 	// Token, when set, is required as "Authorization: Bearer <token>" on
 	// every /v1/* request. The report page at / is served without it; the
 	// page asks the reader for the token and sends it on its API calls.
-	Token   string
-	Metrics *metrics.Metrics
-	Log     *slog.Logger
+	Token string
+	// AllowedHosts are the host names, besides the loopback names
+	// (localhost, 127.0.0.1, ::1), that a request's Host may carry, any
+	// port; "*" allows every host. A browser sends the name of the page's
+	// site as Host, so a page that rebinds its own name to the gate's
+	// address (DNS rebinding) is refused: without this check it could read
+	// the API from the operator's browser. /healthz, /readyz and /metrics
+	// are exempt: probes and scrapers address the gate by whatever name or
+	// address the platform gives it, and those paths hold no payloads.
+	AllowedHosts []string
+	// ExportPageTimeout bounds the writing of each page of the CSV export:
+	// the export is exempt from the server's WriteTimeout, and its write
+	// deadline moves forward by this much before each page, so an export
+	// of any length finishes while the client keeps reading, and one the
+	// client stops reading is cut. Zero means one minute.
+	ExportPageTimeout time.Duration
+	Metrics           *metrics.Metrics
+	Log               *slog.Logger
 }
+
+// defaultExportPageTimeout is ExportPageTimeout when unset.
+const defaultExportPageTimeout = time.Minute
 
 // NewServer returns the gate's HTTP handler.
 func NewServer(o Options) http.Handler {
@@ -49,6 +70,9 @@ func NewServer(o Options) http.Handler {
 	}
 	if o.Trends == nil {
 		o.Trends, _ = o.Reports.(gate.Trends)
+	}
+	if o.ExportPageTimeout <= 0 {
+		o.ExportPageTimeout = defaultExportPageTimeout
 	}
 	s := &server{o: o}
 	mux := http.NewServeMux()
@@ -91,18 +115,28 @@ func NewServer(o Options) http.Handler {
 		}
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})))
-	return mux
+	return s.hosts(mux)
 }
 
 type server struct{ o Options }
 
 // apiFunc is a handler that returns its error; errors maps it to a status.
-type apiFunc func(w http.ResponseWriter, r *http.Request) error
+// q is the request's query, already parsed: a malformed one never reaches
+// the handler.
+type apiFunc func(w http.ResponseWriter, r *http.Request, q url.Values) error
 
 // errors is the one place that maps domain errors to HTTP status codes.
+// It parses the query first: r.URL.Query() drops a pair it cannot read
+// (limit=5;scene=x loses both), and a query run without the filter the
+// caller asked for answers a question nobody asked.
 func (s *server) errors(h apiFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		err := h(w, r)
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			err = badRequest("malformed query string: %v (separate parameters with &, escape %%, & and ; as %%25, %%26 and %%3B)", err)
+		} else {
+			err = h(w, r, q)
+		}
 		if err == nil {
 			return
 		}
@@ -121,20 +155,61 @@ func (s *server) errors(h apiFunc) http.Handler {
 	})
 }
 
+// auth requires the bearer token. The scheme name is case-insensitive
+// (RFC 9110, section 11.1): bearer and BEARER are Bearer.
 func (s *server) auth(h http.Handler) http.Handler {
 	if s.o.Token == "" {
 		return h
 	}
-	want := []byte("Bearer " + s.o.Token)
+	want := []byte(s.o.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimLeft(got, " ")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="gate"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// probePaths answer whatever the Host: see Options.AllowedHosts.
+var probePaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+
+// hosts refuses a request whose Host is neither a loopback name nor one of
+// Options.AllowedHosts, with 403 and the API's JSON error body.
+func (s *server) hosts(h http.Handler) http.Handler {
+	allowed := map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true}
+	for _, name := range s.o.AllowedHosts {
+		if name == "*" {
+			return h
+		}
+		allowed[hostName(name)] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if allowed[hostName(r.Host)] || probePaths[r.URL.Path] {
+			h.ServeHTTP(w, r)
+			return
+		}
+		s.o.Log.Debug("request refused: host not allowed", "host", r.Host, "path", r.URL.Path, "remote", r.RemoteAddr)
+		writeError(w, http.StatusForbidden, fmt.Sprintf("host %q is not allowed: the gate answers to localhost, 127.0.0.1, ::1 "+
+			"and the names in GATE_HTTP_ALLOWED_HOSTS", r.Host))
+	})
+}
+
+// hostName is the host of a Host header or an allowed name, compared
+// without its port, brackets, case or final dot, and an IP address in its
+// canonical form ([0:0::1] is ::1).
+func hostName(hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip.Unmap().String()
+	}
+	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
 func (s *server) count(route string, h http.Handler) http.Handler {
@@ -199,13 +274,12 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, map[string]any{"status": status, "checks": results})
 }
 
-func (s *server) rules(w http.ResponseWriter, _ *http.Request) error {
+func (s *server) rules(w http.ResponseWriter, _ *http.Request, _ url.Values) error {
 	writeJSON(w, http.StatusOK, s.o.Rules.Status())
 	return nil
 }
 
-func (s *server) suppressions(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
+func (s *server) suppressions(w http.ResponseWriter, r *http.Request, q url.Values) error {
 	f, err := suppressionFilter(q)
 	if err != nil {
 		return err
@@ -231,8 +305,8 @@ type Summary struct {
 	Total  gate.SceneSummary   `json:"total"`
 }
 
-func (s *server) summary(w http.ResponseWriter, r *http.Request) error {
-	since, until, err := timeRange(r.URL.Query())
+func (s *server) summary(w http.ResponseWriter, r *http.Request, q url.Values) error {
+	since, until, err := timeRange(q)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -24,7 +25,12 @@ type fakeStore struct {
 	rows     []gate.Suppression // newest first
 	failFrom int                // Suppressions fails from this call on (1-based); 0 never
 	calls    int
-	gotTS    struct {
+	// beforePage, when set, runs at the start of each Suppressions call
+	// (1-based), and beforeSummary at the start of Summary.
+	beforePage    func(call int)
+	beforeSummary func()
+	gotFilter     gate.SuppressionFilter
+	gotTS         struct {
 		since, until time.Time
 		scene        string
 	}
@@ -36,6 +42,10 @@ type fakeStore struct {
 
 func (f *fakeStore) Suppressions(_ context.Context, flt gate.SuppressionFilter) (gate.SuppressionPage, error) {
 	f.calls++
+	f.gotFilter = flt
+	if f.beforePage != nil {
+		f.beforePage(f.calls)
+	}
 	if f.failFrom > 0 && f.calls >= f.failFrom {
 		return gate.SuppressionPage{}, fmt.Errorf("list: %w", gate.ErrUnavailable)
 	}
@@ -58,6 +68,9 @@ func (f *fakeStore) Suppressions(_ context.Context, flt gate.SuppressionFilter) 
 }
 
 func (f *fakeStore) Summary(context.Context, time.Time, time.Time) ([]gate.SceneSummary, error) {
+	if f.beforeSummary != nil {
+		f.beforeSummary()
+	}
 	return []gate.SceneSummary{{Scene: "b", Received: 2, Suppressed: 1}, {Scene: "a", Received: 1, Forwarded: 1}}, nil
 }
 
@@ -85,19 +98,35 @@ func newTestServer(t *testing.T, st *fakeStore) *httptest.Server {
 	return srv
 }
 
-// get calls path with the token and returns the status, headers and body.
+// get calls path, with the token when withToken, and returns the status,
+// headers (trailers included) and body.
 func get(t *testing.T, srv *httptest.Server, method, path string, withToken bool) (int, http.Header, string) {
+	t.Helper()
+	authorization := ""
+	if withToken {
+		authorization = "Bearer " + token
+	}
+	return send(t, srv, method, path, "", authorization)
+}
+
+// send calls path with the given Host and Authorization header, each
+// when not empty, and returns the status, headers (trailers included) and
+// body.
+func send(t *testing.T, srv *httptest.Server, method, path, host, authorization string) (int, http.Header, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, srv.URL+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if withToken {
-		req.Header.Set("Authorization", "Bearer "+token)
+	if host != "" {
+		req.Host = host
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
 	}
 	resp, err := srv.Client().Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		t.Fatalf("%s %s (Host %q): %v", method, path, host, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -135,6 +164,13 @@ func TestStatusCodesAndErrorBodies(t *testing.T) {
 		{"GET", "/v1/suppressions.csv?scene=a%00b", true, http.StatusBadRequest},
 		{"GET", "/v1/reports/timeseries?scene=%00", true, http.StatusBadRequest},
 		{"GET", "/v1/suppressions.csv?limit=100001", true, http.StatusBadRequest},
+		// A pair r.URL.Query() would drop, with the filter it carries.
+		{"GET", "/v1/suppressions?limit=5;scene=x", true, http.StatusBadRequest},
+		{"GET", "/v1/suppressions.csv?scene=x;recipient=y", true, http.StatusBadRequest},
+		{"GET", "/v1/reports/summary?since=%zz", true, http.StatusBadRequest},
+		{"GET", "/v1/reports/top-recipients?limit=5%", true, http.StatusBadRequest},
+		{"GET", "/v1/rules?a;b", true, http.StatusBadRequest},
+		{"GET", "/v1/openapi.json?%", true, http.StatusBadRequest},
 		{"POST", "/v1/rules", true, http.StatusMethodNotAllowed},
 		{"DELETE", "/v1/suppressions.csv", true, http.StatusMethodNotAllowed},
 		{"GET", "/v1/nope", true, http.StatusNotFound},
@@ -281,5 +317,179 @@ func TestPageWithoutTokenAndHeaders(t *testing.T) {
 	_, _, page := get(t, srv, "GET", "/", false)
 	if strings.Contains(page, "<script>") || strings.Contains(page, " style=") || strings.Contains(page, "http://") || strings.Contains(page, "https://") {
 		t.Error("the page has inline script or style, or loads something from elsewhere")
+	}
+}
+
+// TestNameFilters checks that the scene and recipient filters refuse what
+// a message's scene and recipient refuse, with 400 and the reason, and
+// pass any other text through unchanged.
+func TestNameFilters(t *testing.T) {
+	st := &fakeStore{}
+	srv := newTestServer(t, st)
+	bad := []struct{ query, want string }{
+		{"scene=a%C2%85b", "control character (U+0085"},         // C1: NEL
+		{"scene=a%C2%9Bb", "control character (U+009B"},         // C1: CSI
+		{"recipient=open_id:%E2%80%AEgpj.exe", "bidirectional"}, // right-to-left override
+		{"recipient=open_id:a%E2%81%A6b", "bidirectional"},      // left-to-right isolate
+		{"scene=%00", "control character (U+0000"},              // NUL
+		{"scene=%FF%FE", "not valid UTF-8"},                     // invalid UTF-8
+		{"recipient=%20%20", "missing or empty"},                // blank
+		{"scene=" + strings.Repeat("s", gate.MaxSceneBytes+1), "over the limit of 256"},
+		{"recipient=open_id:" + strings.Repeat("r", maxRecipientBytes), "over the limit"},
+	}
+	for _, path := range []string{"/v1/suppressions", "/v1/suppressions.csv", "/v1/reports/timeseries"} {
+		for _, tt := range bad {
+			if path == "/v1/reports/timeseries" && strings.HasPrefix(tt.query, "recipient=") {
+				continue // timeseries filters by scene only
+			}
+			code, _, body := get(t, srv, "GET", path+"?"+tt.query, true)
+			var e struct {
+				Error string `json:"error"`
+			}
+			_ = json.Unmarshal([]byte(body), &e)
+			if code != http.StatusBadRequest || !strings.Contains(e.Error, tt.want) {
+				t.Errorf("GET %s?%.40s: got %d %s, want 400 with an error naming %q", path, tt.query, code, body, tt.want)
+			}
+		}
+	}
+	// Text a message may carry passes unchanged; empty means every one.
+	code, _, body := get(t, srv, "GET", "/v1/suppressions?scene=%E5%91%8A%E8%AD%A6.%D7%A2%D7%91&recipient=email:a%2Bb@x.y", true)
+	if want := (gate.SuppressionFilter{Scene: "告警.עב", Recipient: "email:a+b@x.y", Limit: 100}); code != http.StatusOK ||
+		st.gotFilter.Scene != want.Scene || st.gotFilter.Recipient != want.Recipient {
+		t.Errorf("valid filters: %d %s, store asked for %+v; want 200 and %+v", code, body, st.gotFilter, want)
+	}
+	if code, _, body := get(t, srv, "GET", "/v1/suppressions?scene=&recipient=", true); code != http.StatusOK || st.gotFilter.Scene != "" || st.gotFilter.Recipient != "" {
+		t.Errorf("empty filters: %d %s, store asked for %+v; want 200 and no filter", code, body, st.gotFilter)
+	}
+}
+
+func TestBearerSchemeIsCaseInsensitive(t *testing.T) {
+	srv := newTestServer(t, &fakeStore{})
+	for _, h := range []string{"Bearer " + token, "bearer " + token, "BEARER " + token, "bEaReR " + token, "Bearer   " + token} {
+		if code, _, body := send(t, srv, "GET", "/v1/rules", "", h); code != http.StatusOK {
+			t.Errorf("Authorization %q: got %d %s, want 200", h, code, body)
+		}
+	}
+	for _, h := range []string{"", "Bearer", "Bearer " + token + "x", "Bearer" + token, "Basic " + token, "Bearers " + token, token} {
+		if code, _, _ := send(t, srv, "GET", "/v1/rules", "", h); code != http.StatusUnauthorized {
+			t.Errorf("Authorization %q: got %d, want 401", h, code)
+		}
+	}
+}
+
+func TestHostAllowList(t *testing.T) {
+	tests := []struct {
+		name    string
+		allowed []string
+		host    string
+		want    bool
+	}{
+		{"loopback name", nil, "localhost", true},
+		{"loopback name with port", nil, "localhost:8080", true},
+		{"loopback name, any case, final dot", nil, "LocalHost.:8080", true},
+		{"IPv4 loopback", nil, "127.0.0.1:9", true},
+		{"IPv6 loopback", nil, "[::1]:8080", true},
+		{"IPv6 loopback, long form", nil, "[0:0:0:0:0:0:0:1]", true},
+		{"rebinding name", nil, "attacker.example:8080", false},
+		{"a name that starts like localhost", nil, "localhost.attacker.example", false},
+		{"another address of the machine", nil, "10.0.0.5:8080", false},
+		{"configured name", []string{"gate.example.com"}, "GATE.example.com:443", true},
+		{"configured name, loopback still allowed", []string{"gate.example.com"}, "127.0.0.1", true},
+		{"configured address", []string{"10.0.0.5"}, "10.0.0.5:8080", true},
+		{"configured IPv6 address", []string{"[fd00::1]"}, "[fd00:0::1]:8080", true},
+		{"not configured", []string{"gate.example.com"}, "gate.example.org", false},
+		{"a subdomain of a configured name", []string{"example.com"}, "gate.example.com", false},
+		{"any host", []string{"*"}, "attacker.example", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(NewServer(Options{Rules: fakeRules{}, Reports: &fakeStore{}, Token: token, AllowedHosts: tt.allowed}))
+			defer srv.Close()
+			for _, path := range []string{"/v1/rules", "/", "/ui/app.js", "/v1/nope"} {
+				code, _, body := send(t, srv, "GET", path, tt.host, "Bearer "+token)
+				if tt.want && code == http.StatusForbidden {
+					t.Errorf("GET %s with Host %q, allowed %v: got 403 %s, want it served", path, tt.host, tt.allowed, body)
+				}
+				if !tt.want && (code != http.StatusForbidden || !strings.Contains(body, `"error"`) || !strings.Contains(body, "GATE_HTTP_ALLOWED_HOSTS")) {
+					t.Errorf("GET %s with Host %q, allowed %v: got %d %s, want 403 with a JSON error naming the setting", path, tt.host, tt.allowed, code, body)
+				}
+			}
+			// Probes and scrapers reach the gate by any name.
+			for _, path := range []string{"/healthz", "/readyz"} {
+				if code, _, body := send(t, srv, "GET", path, tt.host, ""); code != http.StatusOK {
+					t.Errorf("GET %s with Host %q: got %d %s, want 200", path, tt.host, code, body)
+				}
+			}
+		})
+	}
+}
+
+// TestExportOutlivesWriteTimeout checks that the CSV export is exempt from
+// the server's WriteTimeout while other answers are bound by it: each
+// store call below returns only once the WriteTimeout has passed since it
+// was made, so a response still bound by it is cut.
+func TestExportOutlivesWriteTimeout(t *testing.T) {
+	const writeTimeout = 100 * time.Millisecond
+	pastWriteTimeout := func() { time.Sleep(3 * writeTimeout) }
+	st := &fakeStore{rows: suppressionRows(2500)}
+	st.beforePage = func(call int) {
+		if call > 1 { // after the first page went out
+			pastWriteTimeout()
+		}
+	}
+	st.beforeSummary = pastWriteTimeout
+	srv := httptest.NewUnstartedServer(NewServer(Options{Rules: fakeRules{}, Reports: st, Token: token}))
+	srv.Config.WriteTimeout = writeTimeout
+	srv.Start()
+	defer srv.Close()
+
+	code, h, body := get(t, srv, "GET", "/v1/suppressions.csv", true)
+	if n := strings.Count(body, "\n"); code != http.StatusOK || n != 2501 || h.Get(truncatedHead) != "false" {
+		t.Errorf("export slower than WriteTimeout: %d, %d lines, trailer %q; want 200, 2501 lines, false", code, n, h.Get(truncatedHead))
+	}
+
+	// The control: the same wait in a JSON report loses its answer.
+	req, _ := http.NewRequest("GET", srv.URL+"/v1/reports/summary", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := srv.Client().Do(req)
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Errorf("summary slower than WriteTimeout: got %d %s, want the connection cut", resp.StatusCode, b)
+	}
+}
+
+// TestExportPageTimeout checks that an export the client stops reading is
+// cut once a page cannot be written within ExportPageTimeout, though the
+// server has no WriteTimeout at all.
+func TestExportPageTimeout(t *testing.T) {
+	st := &fakeStore{rows: suppressionRows(8)}
+	for i := range st.rows {
+		st.rows[i].Payload = strings.Repeat("p", 4<<20) // 32 MiB in all: more than the socket buffers hold
+	}
+	h := NewServer(Options{Rules: fakeRules{}, Reports: st, Token: token, ExportPageTimeout: 200 * time.Millisecond})
+	served := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(served)
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "GET /v1/suppressions.csv HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer %s\r\n\r\n", token); err != nil {
+		t.Fatal(err)
+	}
+	// Read nothing: the export must give up on its own.
+	select {
+	case <-served:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the export still writes to a client that stopped reading 30s ago")
+	}
+	n, _ := io.Copy(io.Discard, conn)
+	if n >= 32<<20 {
+		t.Errorf("read %d bytes of an export the client stopped reading; want it cut short", n)
 	}
 }
