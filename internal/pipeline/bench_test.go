@@ -37,7 +37,7 @@ func BenchmarkHandle(b *testing.B) {
 		rs.Scenes[fmt.Sprintf("scene.%d", i)] = gate.SceneRule{OnExceed: gate.ActionSuppress,
 			Limits: []gate.Limit{{Window: time.Hour, Max: 1}, {Window: 24 * time.Hour, Max: 3}}}
 	}
-	p, err := New(Options{Rules: staticRules{rs}, Store: holdEveryOther{}, Audit: &ledger{commits: map[string]int{}}, Forwarder: &outbox{}})
+	p, err := New(Options{Rules: staticRules{rs}, Store: holdEveryOther{}, Audit: newLedger(b), Forwarder: newOutbox(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -41,15 +41,51 @@ func (admitAll) Forget(context.Context, []gate.AdmitRequest) error { return nil 
 
 // ledger is an audit log in memory: it claims each key once, as the real
 // one does; commits counts the claims of each key (at most one).
+//
+// A key in a successful Commit call is a commit of it, claimed or found
+// known: a test fails at once when one key is committed twice, unless it
+// said so (again), since each commit means the pipeline decided the id
+// again instead of finding it decided. refuse, when set, makes Commit and
+// Decided refuse a batch holding a key it matches, as PostgreSQL refuses
+// text that is not UTF-8; fail, when set, can fail a Commit transiently.
 type ledger struct {
+	tb      testing.TB
 	mu      sync.Mutex
 	commits map[string]int
 	priors  map[string]gate.Prior
+	offered map[string]int
+	again   map[string]bool
+	refuse  func(key string) bool
+	fail    func(recs []gate.Record) error
+	calls   int // Commit calls
+}
+
+func newLedger(tb testing.TB) *ledger {
+	return &ledger{tb: tb, commits: map[string]int{}, priors: map[string]gate.Prior{}, offered: map[string]int{}, again: map[string]bool{}}
+}
+
+// mayCommitAgain allows keys to be committed more than once.
+func (l *ledger) mayCommitAgain(keys ...string) {
+	for _, k := range keys {
+		l.again[k] = true
+	}
+}
+
+func (l *ledger) refused(keys []string) error {
+	for _, k := range keys {
+		if l.refuse != nil && l.refuse(k) {
+			return fmt.Errorf("fake store: %w: key %q", gate.ErrPermanent, k)
+		}
+	}
+	return nil
 }
 
 func (l *ledger) Decided(_ context.Context, keys []string) (map[string]gate.Prior, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err := l.refused(keys); err != nil {
+		return nil, err
+	}
 	known := map[string]gate.Prior{}
 	for _, k := range keys {
 		if p, ok := l.priors[k]; ok {
@@ -62,11 +98,25 @@ func (l *ledger) Decided(_ context.Context, keys []string) (map[string]gate.Prio
 func (l *ledger) Commit(_ context.Context, recs []gate.Record) ([]string, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.priors == nil {
-		l.priors = map[string]gate.Prior{}
+	l.calls++
+	keys := make([]string, len(recs))
+	for i, r := range recs {
+		keys[i] = r.Key
+	}
+	if err := l.refused(keys); err != nil {
+		return nil, err
+	}
+	if l.fail != nil {
+		if err := l.fail(recs); err != nil {
+			return nil, err
+		}
 	}
 	var known []string
 	for _, r := range recs {
+		l.offered[r.Key]++
+		if n := l.offered[r.Key]; n > 1 && !l.again[r.Key] {
+			l.tb.Errorf("%q committed %d times", r.Key, n)
+		}
 		if _, ok := l.priors[r.Key]; ok {
 			known = append(known, r.Key)
 			continue
@@ -80,12 +130,20 @@ func (l *ledger) Commit(_ context.Context, recs []gate.Record) ([]string, error)
 func (l *ledger) Ping(context.Context) error { return nil }
 
 // outbox records the ids forwarded, in order, and like GATE_OUT's duplicate
-// window it keeps one copy of each; publishes counts every attempt.
+// window it keeps one copy of each; publishes counts every attempt. A test
+// fails at once when one id is published twice, unless it said so (again).
 type outbox struct {
+	tb        testing.TB
 	mu        sync.Mutex
 	ids       []string
 	stored    map[string]bool
 	publishes int
+	perID     map[string]int
+	again     map[string]bool
+}
+
+func newOutbox(tb testing.TB) *outbox {
+	return &outbox{tb: tb, stored: map[string]bool{}, perID: map[string]int{}, again: map[string]bool{}}
 }
 
 func (o *outbox) Forward(_ context.Context, fs []gate.Forward) []error {
@@ -93,8 +151,9 @@ func (o *outbox) Forward(_ context.Context, fs []gate.Forward) []error {
 	defer o.mu.Unlock()
 	for _, f := range fs {
 		o.publishes++
-		if o.stored == nil {
-			o.stored = map[string]bool{}
+		o.perID[f.MessageID]++
+		if n := o.perID[f.MessageID]; n > 1 && !o.again[f.MessageID] {
+			o.tb.Errorf("%q published %d times", f.MessageID, n)
 		}
 		if !o.stored[f.MessageID] {
 			o.stored[f.MessageID] = true
@@ -102,6 +161,13 @@ func (o *outbox) Forward(_ context.Context, fs []gate.Forward) []error {
 		}
 	}
 	return make([]error, len(fs))
+}
+
+// mayPublishAgain allows ids to be published more than once.
+func (o *outbox) mayPublishAgain(ids ...string) {
+	for _, id := range ids {
+		o.again[id] = true
+	}
 }
 
 func (o *outbox) forwarded() []string {
@@ -115,7 +181,7 @@ func newPipeline(t *testing.T) (*Pipeline, *ledger, *outbox) {
 	rs := &gate.RuleSet{UnknownScene: gate.ActionForward, Scenes: map[string]gate.SceneRule{
 		"s": {OnExceed: gate.ActionSuppress, Limits: []gate.Limit{{Window: time.Hour, Max: 100}}},
 	}}
-	l, o := &ledger{commits: map[string]int{}}, &outbox{}
+	l, o := newLedger(t), newOutbox(t)
 	p, err := New(Options{Rules: staticRules{rs}, Store: admitAll{}, Audit: l, Forwarder: o})
 	if err != nil {
 		t.Fatal(err)
@@ -165,6 +231,10 @@ func TestForwardsFollowStartOrder(t *testing.T) {
 // counted twice, though it is a first delivery, which is not looked up.
 func TestIDInFlightWaitsForItsBatch(t *testing.T) {
 	p, led, out := newPipeline(t)
+	// The second x finds x decided by committing it, and, decided within
+	// ReplayWithin, publishes its forward again, which GATE_OUT keeps once.
+	led.mayCommitAgain("x")
+	out.mayPublishAgain("x")
 	ctx := t.Context()
 	finishA := p.Start(ctx, deliveries("x", "y"))
 	started := make(chan func() []error, 1)
@@ -190,6 +260,9 @@ func TestIDInFlightWaitsForItsBatch(t *testing.T) {
 // known by its stream sequence.
 func TestInvalidRetryCountsOnce(t *testing.T) {
 	p, led, _ := newPipeline(t)
+	// The second batch's first delivery of x is not looked up: its commit
+	// finds x decided.
+	led.mayCommitAgain("invalid:x")
 	ctx := t.Context()
 	bad := func(seq uint64, header string) gate.Delivery {
 		return gate.Delivery{Data: []byte(`{"id":"x","receive_id":"ou_1"}`), HeaderID: header, Seq: seq, NumDelivered: 1}
@@ -220,7 +293,9 @@ func TestRepublishedIDKeepsFirstOutcome(t *testing.T) {
 	rs := &gate.RuleSet{UnknownScene: gate.ActionForward, Scenes: map[string]gate.SceneRule{
 		"s": {OnExceed: gate.ActionSuppress, Limits: []gate.Limit{{Window: time.Hour, Max: 1}}},
 	}}
-	led, out := &ledger{commits: map[string]int{}}, &outbox{}
+	led, out := newLedger(t), newOutbox(t)
+	// b is decided again, by design: the commit is what finds it decided.
+	led.mayCommitAgain("b")
 	p, err := New(Options{Rules: staticRules{rs}, Store: inmem.New(inmem.Options{Now: clock}), Audit: led, Forwarder: out, Now: clock})
 	if err != nil {
 		t.Fatal(err)
