@@ -9,17 +9,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
+// OtherScenes is the scene label of every message whose scene has no rule
+// in the rules in force (scenes decided by unknown_scene, invalid messages
+// of such scenes): a producer chooses its scenes, and one inventing
+// thousands must not make thousands of series. It holds a space, which no
+// rule's scene name may, so it never stands for one scene.
+const OtherScenes = "(no rule)"
+
 // Metrics are the gate's collectors.
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	Decisions       *prometheus.CounterVec   // scene, outcome
+	Decisions       *prometheus.CounterVec   // scene (a rule's, or OtherScenes), outcome, shadow
 	DecisionLatency prometheus.Histogram     // seconds, from receipt to effect durable
 	BatchSize       prometheus.Histogram     // messages per decided batch
 	StoreErrors     *prometheus.CounterVec   // store: window|audit|nats, op
 	StoreLatency    *prometheus.HistogramVec // store: window|audit|nats, op; seconds per call
-	Invalid         *prometheus.CounterVec   // scene
-	Unchecked       *prometheus.CounterVec   // scene: forwarded without a window check (fail open)
+	Invalid         *prometheus.CounterVec   // scene (a rule's, or OtherScenes)
+	Unchecked       *prometheus.CounterVec   // scene (a rule's, or OtherScenes): forwarded without a window check (fail open)
+	Recovered       *prometheus.CounterVec   // stage: parse|metrics; panics recovered while handling one message
 	Redeliveries    prometheus.Counter       // messages retried after a transient failure
 	Parked          prometheus.Counter       // messages parked on the dead letter after exhausting MaxDeliver
 	Panicked        prometheus.Counter       // messages parked on the dead letter because the gate panicked on them
@@ -38,7 +46,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	m := &Metrics{
 		Registry: reg,
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gate_decisions_total", Help: "Messages decided, by scene and outcome (forward, suppress, drop, invalid); shadow marks shadow-mode would-be suppressions.",
+			Name: "gate_decisions_total", Help: "Messages decided, by scene and outcome (forward, suppress, drop, invalid); shadow marks shadow-mode would-be suppressions. Scenes without a rule share the scene \"" + OtherScenes + "\".",
 		}, []string{"scene", "outcome", "shadow"}),
 		DecisionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "gate_decision_latency_seconds", Help: "Time from a message's receipt by the gate to its effect being durable.",
@@ -56,11 +64,14 @@ func New(reg *prometheus.Registry) *Metrics {
 			Buckets: []float64{.0005, .001, .002, .003, .005, .0075, .01, .015, .02, .03, .05, .1, .2, .5, 1, 2, 5},
 		}, []string{"store", "op"}),
 		Invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gate_invalid_messages_total", Help: "Messages that could not be decided and went to the dead-letter subject.",
+			Name: "gate_invalid_messages_total", Help: "Messages that could not be decided, or that the audit store refused, and went to the dead-letter subject; by scene, those without a rule as \"" + OtherScenes + "\".",
 		}, []string{"scene"}),
 		Unchecked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gate_unchecked_forwards_total", Help: "Messages forwarded without a window check because the window store was unavailable and the scene fails open (on_store_error: forward).",
 		}, []string{"scene"}),
+		Recovered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gate_recovered_panics_total", Help: "Panics recovered while handling one message, by stage (parse: the message was sent to the dead letter; metrics: its metrics were not recorded). Each is a bug, logged with the message id.",
+		}, []string{"stage"}),
 		Redeliveries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gate_retries_total", Help: "Messages handed back to JetStream for a delayed retry after a transient failure.",
 		}),
@@ -93,7 +104,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		}, []string{"route", "code"}),
 	}
 	reg.MustRegister(m.Decisions, m.DecisionLatency, m.BatchSize, m.StoreErrors, m.StoreLatency, m.Invalid, m.Unchecked,
-		m.Redeliveries, m.Parked, m.Panicked, m.ConsumerPending, m.ConsumerAckPend, m.RulesReloads, m.RulesReloadErrs,
+		m.Recovered, m.Redeliveries, m.Parked, m.Panicked, m.ConsumerPending, m.ConsumerAckPend, m.RulesReloads, m.RulesReloadErrs,
 		m.RulesInfo, m.DependencyUp, m.HTTPRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

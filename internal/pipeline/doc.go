@@ -3,6 +3,13 @@
 // forward, then make the outcome durable in the audit log. It returns one
 // error per message and leaves acknowledgement to the transport.
 //
+// One message can neither crash nor stall it: a record the audit log
+// refuses for good (gate.ErrPermanent) is isolated from the rest of its
+// batch, which commits, and its message gets an *gate.InvalidError (the
+// dead letter); a panic while parsing a message or recording its metrics is
+// recovered, logged with the message and counted; metric labels name only
+// the scenes that have a rule.
+//
 // It may import the standard library, internal/gate and internal/metrics;
 // it sees every dependency through a gate interface, never an adapter.
 package pipeline

@@ -91,8 +91,8 @@ type item struct {
 
 // Handle decides batch and returns one error per delivery: nil when its
 // outcome is durable (ack), an *gate.InvalidError when it can never be
-// decided (dead letter), or a transient error wrapping gate.ErrUnavailable
-// (retry later). Every step is idempotent on the message id, so a retried
+// decided or the audit store refuses its record for good (dead letter), or
+// a transient error wrapping gate.ErrUnavailable (retry later). Every step is idempotent on the message id, so a retried
 // message is never forwarded, audited or counted twice.
 func (p *Pipeline) Handle(ctx context.Context, batch []gate.Delivery) []error {
 	return p.Start(ctx, batch)()
@@ -138,9 +138,7 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 		}
 	}
 	if len(again) > 0 {
-		done := p.timer("audit", "decided")
-		known, err := p.o.Audit.Decided(ctx, again)
-		done()
+		known, err := p.decided(ctx, again)
 		if err != nil {
 			errs := p.failAll(items, "audit", "decided", err)
 			return func() []error { return errs }
@@ -164,13 +162,33 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 		}
 		p.forward(ctx, rules, items)
 		close(forwarded)
-		return p.verdicts(items)
+		return p.verdicts(rules, items)
 	}
 }
 
 // known reports whether the message was decided before this batch: every
 // outcome in the ledger is non-empty.
 func (it *item) known() bool { return it.prior.Outcome != "" }
+
+// seqKey is the idempotency key of a message known by its stream sequence
+// alone.
+func seqKey(seq uint64) string { return "seq:" + strconv.FormatUint(seq, 10) }
+
+// parseDelivery is gate.ParseDelivery; a test makes it panic.
+var parseDelivery = gate.ParseDelivery
+
+// parseOne parses d. A panic while parsing is a bug that this message's
+// bytes trigger, and would again on every redelivery: the message is
+// invalid, and the others of the batch go on.
+func (p *Pipeline) parseOne(d gate.Delivery) (m gate.Message, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.recovered("parse", d.HeaderID, d.Seq, v)
+			m, err = gate.Message{}, &gate.InvalidError{Reason: "the gate failed to parse it (a bug, logged with the message's sequence)"}
+		}
+	}()
+	return parseDelivery(d, p.o.MaxMessageBytes)
+}
 
 // parse parses every delivery and returns the items and the distinct
 // idempotency keys of the batch.
@@ -181,19 +199,20 @@ func (p *Pipeline) parse(batch []gate.Delivery) ([]item, []string) {
 	for i, d := range batch {
 		it := &items[i]
 		it.d, it.twin = d, -1
-		it.msg, it.invalid = gate.ParseDelivery(d, p.o.MaxMessageBytes)
+		it.msg, it.invalid = p.parseOne(d)
 		switch {
 		case it.invalid == nil:
 			it.key = it.msg.ID
-		case d.HeaderID != "":
+		case gate.CheckName(gate.MsgIDHeader, d.HeaderID, gate.MaxIDBytes) == nil:
 			// An invalid message is known by its Nats-Msg-Id, so that a
 			// retry GATE_IN stored twice (its de-duplication forgets
 			// removed messages when nats-server restarts) counts once;
 			// prefixed, so that a corrected message may reuse the id.
 			it.key = "invalid:" + d.HeaderID
 		default:
-			// Without an id, its stream sequence identifies it.
-			it.key = "seq:" + strconv.FormatUint(d.Seq, 10)
+			// Without an id, or with one no store could hold, its stream
+			// sequence identifies it.
+			it.key = seqKey(d.Seq)
 		}
 		if j, ok := first[it.key]; ok {
 			it.twin = j
@@ -251,7 +270,7 @@ func (p *Pipeline) untrack(keys []string, done chan struct{}) {
 }
 
 // verdicts returns the error of every item, and counts the decided ones.
-func (p *Pipeline) verdicts(items []item) []error {
+func (p *Pipeline) verdicts(rules *gate.RuleSet, items []item) []error {
 	errs := make([]error, len(items))
 	for i := range items {
 		it := &items[i]
@@ -264,7 +283,7 @@ func (p *Pipeline) verdicts(items []item) []error {
 		}
 		errs[i] = it.err
 		if it.err == nil || gate.IsInvalid(it.err) {
-			p.observe(it)
+			p.observe(rules, it)
 		}
 	}
 	return errs
@@ -383,130 +402,14 @@ func (p *Pipeline) forward(ctx context.Context, rules *gate.RuleSet, items []ite
 	}
 }
 
-// commit writes the audit rows and counters of every message whose effect
-// is done, in one transaction.
-func (p *Pipeline) commit(ctx context.Context, rules *gate.RuleSet, items []item) {
-	var recs []gate.Record
-	for i := range items {
-		it := &items[i]
-		switch {
-		case it.err != nil || it.twin >= 0 || it.known():
-		case it.invalid != nil:
-			recs = append(recs, gate.Record{Key: it.key, Scene: it.msg.Scene, Outcome: gate.OutcomeInvalid, At: p.o.Now()})
-		case it.decided:
-			recs = append(recs, gate.RecordOf(it.key, it.msg, it.dec, rules.Version))
-		}
-	}
-	if len(recs) == 0 {
-		return
-	}
-	done := p.timer("audit", "commit")
-	known, err := p.o.Audit.Commit(ctx, recs)
-	done()
-	if err != nil {
-		p.fail(items, func(it *item) bool { return it.err == nil && it.twin < 0 && !it.known() }, "audit", "commit", err)
-		return
-	}
-	if len(known) > 0 {
-		p.decidedBefore(ctx, items, known)
-	}
-}
-
-// decidedBefore handles the ids the commit found in the ledger already: a
-// producer published them again. Each takes its first outcome back, and an
-// admission this batch counted is taken out of the window. Should the lookup
-// fail, the message is retried (its redelivery is looked up first); a failed
-// Forget is logged.
-func (p *Pipeline) decidedBefore(ctx context.Context, items []item, known []string) {
-	prior, err := p.o.Audit.Decided(ctx, known)
-	if err != nil {
-		err = p.transient("audit", "decided", err)
-	}
-	byKey := make(map[string]bool, len(known))
-	for _, k := range known {
-		byKey[k] = true
-	}
-	var forget []gate.AdmitRequest
-	for i := range items {
-		it := &items[i]
-		if it.err != nil || it.twin >= 0 || !byKey[it.key] {
-			continue
-		}
-		pr, ok := prior[it.key]
-		switch {
-		case err != nil:
-			it.err = err
-			continue
-		case !ok: // committed by a transaction this one did not see, and gone again
-			it.err = p.transient("audit", "decided", fmt.Errorf("id %q: ledger row not found after the claim conflicted", it.key))
-			continue
-		}
-		if it.counted {
-			forget = append(forget, *it.plan.Request)
-		}
-		it.prior, it.decided = pr, false
-	}
-	if len(forget) == 0 {
-		return
-	}
-	// A retry would not help: the redelivery finds the id in the ledger and
-	// never reaches the window. The id then fills a place in its window until
-	// it slides out, which holds back more, never less.
-	if err := p.o.Store.Forget(ctx, forget); err != nil {
-		err = p.transient("window", "forget", err)
-		p.o.Log.Warn("ids decided before stay counted in their windows", "ids", len(forget), "err", err)
-	}
-}
-
-func (p *Pipeline) observe(it *item) {
-	m := p.o.Metrics
-	if m == nil || it.known() || it.twin >= 0 {
-		return
-	}
-	outcome, shadow := gate.OutcomeInvalid, "false"
-	if it.invalid == nil {
-		outcome = it.dec.Outcome
-		if it.dec.Shadow {
-			shadow = "true"
-		}
-	} else {
-		m.Invalid.WithLabelValues(it.msg.Scene).Inc()
-	}
-	m.Decisions.WithLabelValues(it.msg.Scene, string(outcome), shadow).Inc()
-	if it.dec.Unchecked {
-		m.Unchecked.WithLabelValues(it.msg.Scene).Inc()
-	}
-	m.DecisionLatency.Observe(time.Since(it.d.ReceivedAt).Seconds())
-}
-
-// timer starts timing one call to a dependency; calling what it returns
-// records the call's duration.
-func (p *Pipeline) timer(store, op string) (done func()) {
-	if p.o.Metrics == nil {
-		return func() {}
-	}
-	start := time.Now()
-	return func() { p.o.Metrics.StoreLatency.WithLabelValues(store, op).Observe(time.Since(start).Seconds()) }
-}
-
+// transient counts a failed call to a dependency and returns its error,
+// wrapping gate.ErrUnavailable: the message is retried.
 func (p *Pipeline) transient(store, op string, err error) error {
-	if p.o.Metrics != nil {
-		p.o.Metrics.StoreErrors.WithLabelValues(store, op).Inc()
-	}
+	p.failedCall(store, op)
 	if !errors.Is(err, gate.ErrUnavailable) {
 		err = fmt.Errorf("%s %s: %w: %w", store, op, gate.ErrUnavailable, err)
 	}
 	return err
-}
-
-// fail marks every item that match selects with one transient error.
-func (p *Pipeline) fail(items []item, match func(*item) bool, store, op string, err error) {
-	err = p.transient(store, op, err)
-	for i := range items {
-		if match(&items[i]) {
-			items[i].err = err
-		}
-	}
 }
 
 func (p *Pipeline) failAll(items []item, store, op string, err error) []error {
