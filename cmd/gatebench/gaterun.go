@@ -19,6 +19,7 @@ type phase struct {
 	rate     float64 // outcomes per second, first publish to last outcome
 	p50, p99 time.Duration
 	naks     int
+	repeats  int // acks of a sequence already acked, not counted again
 	cpu      cpuUse
 	stages   stageStats // from the gate's own metrics; gate phases only
 }
@@ -38,8 +39,8 @@ type gateResult struct {
 	counted   outcomes // from the gate's hourly counters
 }
 
-// measure publishes msgs at pace (0: full speed) and waits for every
-// outcome.
+// measure publishes msgs at pace (0: full speed) and waits until every
+// message's stream sequence has been acked (or terminated).
 func measure(ctx context.Context, pub *publisher, subject string, watch *ackWatch, meter *cpuMeter, msgs messages, pace float64) (phase, error) {
 	data := msgs.data
 	reached := watch.expect(len(data))
@@ -53,14 +54,14 @@ func measure(ctx context.Context, pub *publisher, subject string, watch *ackWatc
 	select {
 	case <-reached:
 	case <-timeout.C:
-		_, got, naks, _ := watch.seen()
+		_, got, naks, _, _ := watch.seen()
 		return phase{}, fmt.Errorf("%d of %d outcomes seen (%d naks) before the timeout", got, len(data), naks)
 	case <-ctx.Done():
 		return phase{}, ctx.Err()
 	}
 	after := meter.read()
-	lat, got, naks, last := watch.seen()
-	p := phase{n: got, naks: naks, cpu: before.to(after)}
+	lat, got, naks, repeats, last := watch.seen()
+	p := phase{n: got, naks: naks, repeats: repeats, cpu: before.to(after)}
 	p.rate = float64(got) / last.Sub(first).Seconds()
 	p.p50, p.p99 = percentile(lat, 0.50), percentile(lat, 0.99)
 	return p, nil

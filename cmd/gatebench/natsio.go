@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,14 +16,18 @@ import (
 )
 
 // ackWatch sees every acknowledgement a consumer sends and measures, for
-// each, the time since the stream stored the message.
+// each message, the time since the stream stored it. It counts distinct
+// stream sequences, not ack messages: an ack seen twice for one sequence (a
+// redelivery acked again, say) is one outcome, and its latency is the first
+// ack's.
 type ackWatch struct {
 	stream, consumer string
 	sub              *nats.Subscription
 
 	mu       sync.Mutex
+	seqs     seqTally // for the watcher's life, so a late repeat of an earlier phase counts nowhere
 	lat      []time.Duration
-	outcomes int // acks and terms: messages whose outcome is durable
+	outcomes int // distinct sequences acked or terminated: messages whose outcome is durable
 	naks     int
 	last     time.Time
 	target   int
@@ -42,12 +47,20 @@ func watchAcks(nc *nats.Conn, stream, consumer string) (*ackWatch, error) {
 	return w, nc.Flush()
 }
 
-// onAck parses $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
-// or the v2 form with domain and account hash after ACK.
-func (w *ackWatch) onAck(m *nats.Msg) {
-	now := time.Now()
+// ackSubject is what the subject of an acknowledgement says.
+type ackSubject struct {
+	stream, consumer string
+	seq              uint64 // the message's stream sequence
+	stored           int64  // when the stream stored it, Unix ns
+}
+
+// parseAckSubject reads
+// $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>, or
+// the v2 form with domain and account hash after ACK (and a token at the
+// end).
+func parseAckSubject(subject string) (ackSubject, bool) {
 	var tok [14]string
-	n, rest := 0, m.Subject
+	n, rest := 0, subject
 	for n < len(tok) {
 		t, r, more := strings.Cut(rest, ".")
 		tok[n], rest = t, r
@@ -56,54 +69,104 @@ func (w *ackWatch) onAck(m *nats.Msg) {
 			break
 		}
 	}
-	var stream, consumer, ts string
+	if n < 2 || tok[0] != "$JS" || tok[1] != "ACK" {
+		return ackSubject{}, false
+	}
+	var a ackSubject
+	var seq, ts string
 	switch {
 	case n == 9:
-		stream, consumer, ts = tok[2], tok[3], tok[7]
+		a.stream, a.consumer, seq, ts = tok[2], tok[3], tok[5], tok[7]
 	case n >= 11:
-		stream, consumer, ts = tok[4], tok[5], tok[9]
+		a.stream, a.consumer, seq, ts = tok[4], tok[5], tok[7], tok[9]
 	default:
+		return ackSubject{}, false
+	}
+	var err1, err2 error
+	a.seq, err1 = strconv.ParseUint(seq, 10, 64)
+	a.stored, err2 = strconv.ParseInt(ts, 10, 64)
+	return a, err1 == nil && err2 == nil
+}
+
+// ackKind is what an acknowledgement's body does to its message.
+type ackKind int
+
+const (
+	ackOther   ackKind = iota // +WPI (in progress) and anything unknown
+	ackOutcome                // +ACK (or empty), +NXT, +TERM: the message is done
+	ackNak                    // -NAK: handed back for redelivery
+)
+
+func kindOfAck(body []byte) ackKind {
+	switch {
+	case len(body) == 0 || bytes.HasPrefix(body, []byte("+ACK")) || bytes.HasPrefix(body, []byte("+TERM")) || bytes.HasPrefix(body, []byte("+NXT")):
+		return ackOutcome
+	case bytes.HasPrefix(body, []byte("-NAK")):
+		return ackNak
+	}
+	return ackOther
+}
+
+// seqTally counts distinct stream sequences.
+type seqTally struct {
+	seen    map[uint64]struct{}
+	repeats int // sequences added again
+}
+
+// add records seq and reports whether it is new.
+func (t *seqTally) add(seq uint64) bool {
+	if t.seen == nil {
+		t.seen = map[uint64]struct{}{}
+	}
+	if _, ok := t.seen[seq]; ok {
+		t.repeats++
+		return false
+	}
+	t.seen[seq] = struct{}{}
+	return true
+}
+
+func (w *ackWatch) onAck(m *nats.Msg) {
+	now := time.Now()
+	a, ok := parseAckSubject(m.Subject)
+	if !ok || a.stream != w.stream || a.consumer != w.consumer {
 		return
 	}
-	if stream != w.stream || consumer != w.consumer {
-		return
-	}
-	stored, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		return
-	}
-	body := string(m.Data)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	switch {
-	case body == "" || strings.HasPrefix(body, "+ACK") || strings.HasPrefix(body, "+TERM") || strings.HasPrefix(body, "+NXT"):
+	switch kindOfAck(m.Data) {
+	case ackOutcome:
+		if !w.seqs.add(a.seq) {
+			return
+		}
 		w.outcomes++
-		w.lat = append(w.lat, now.Sub(time.Unix(0, stored)))
+		w.lat = append(w.lat, now.Sub(time.Unix(0, a.stored)))
 		w.last = now
 		if w.outcomes == w.target {
 			close(w.reached)
 		}
-	case strings.HasPrefix(body, "-NAK"):
+	case ackNak:
 		w.naks++
 	}
 }
 
-// expect starts a phase: it forgets what was seen and returns a channel
-// closed once n outcomes have been seen.
+// expect starts a phase: it forgets what the last phase saw (but not which
+// sequences were acked) and returns a channel closed once n more distinct
+// sequences have been acked.
 func (w *ackWatch) expect(n int) <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.lat = make([]time.Duration, 0, n)
-	w.outcomes, w.naks, w.target = 0, 0, n
+	w.outcomes, w.naks, w.target, w.seqs.repeats = 0, 0, n, 0
 	w.reached = make(chan struct{})
 	return w.reached
 }
 
 // seen returns what the phase saw.
-func (w *ackWatch) seen() (lat []time.Duration, outcomes, naks int, last time.Time) {
+func (w *ackWatch) seen() (lat []time.Duration, outcomes, naks, repeats int, last time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.lat, w.outcomes, w.naks, w.last
+	return w.lat, w.outcomes, w.naks, w.seqs.repeats, w.last
 }
 
 func (w *ackWatch) close() { _ = w.sub.Unsubscribe() }
