@@ -110,26 +110,38 @@ func bisect[T any](s []T, try func([]T) error, refused func(T, error)) {
 // fails the lookup.
 func (p *Pipeline) decided(ctx context.Context, keys []string) (map[string]gate.Prior, error) {
 	known := make(map[string]gate.Prior, len(keys))
+	err := isolate(p, "audit", "decided", gate.ErrPermanent, keys, func(part []string) error {
+		m, err := p.o.Audit.Decided(ctx, part)
+		maps.Copy(known, m)
+		return err
+	}, func(string, error) {})
+	return known, err
+}
+
+// isolate times and calls call on s, in halves while it fails with an error
+// wrapping refusal (see bisect), and hands the elements refused on their
+// own to refused. It stops at the first other error and returns it: the
+// store is down, and the calls left would fail the same way.
+func isolate[T any](p *Pipeline, store, op string, refusal error, s []T, call func([]T) error, refused func(T, error)) error {
 	var failed error
-	bisect(keys, func(part []string) error {
+	bisect(s, func(part []T) error {
 		if failed != nil {
 			return nil
 		}
-		done := p.timer("audit", "decided")
-		m, err := p.o.Audit.Decided(ctx, part)
+		done := p.timer(store, op)
+		err := call(part)
 		done()
 		switch {
 		case err == nil:
-			maps.Copy(known, m)
-		case errors.Is(err, gate.ErrPermanent):
-			p.failedCall("audit", "decided")
+		case errors.Is(err, refusal):
+			p.failedCall(store, op)
 			return err
 		default:
 			failed = err
 		}
 		return nil
-	}, func(string, error) {})
-	return known, failed
+	}, refused)
+	return failed
 }
 
 // park gives the message of each record the audit log refused on its own a

@@ -277,3 +277,46 @@ func TestBisect(t *testing.T) {
 		}
 	}
 }
+
+// validating admits every request but those Validate refuses, and refuses
+// the whole call then, as every window store does.
+type validating struct{ admitAll }
+
+func (v validating) Admit(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.AdmitResult, error) {
+	for _, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	return v.admitAll.Admit(ctx, reqs)
+}
+
+// A request the window store can never decide makes its message invalid,
+// alone: the rest of its batch is decided and forwarded.
+func TestRequestTheWindowRefuses(t *testing.T) {
+	rs := &gate.RuleSet{UnknownScene: gate.ActionForward, Scenes: map[string]gate.SceneRule{
+		"s": {OnExceed: gate.ActionSuppress, Limits: []gate.Limit{{Window: time.Hour, Max: 100}}},
+		// A limit no store takes, as a rule set built in code may hold.
+		"broken": {OnExceed: gate.ActionSuppress, Limits: []gate.Limit{{Window: time.Hour, Max: 0}}},
+	}}
+	led, out := newLedger(t), newOutbox(t)
+	p, err := New(Options{Rules: staticRules{rs}, Store: validating{}, Audit: led, Forwarder: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := deliveries("a", "b", "c")
+	ds[1].Data = []byte(`{"id":"b","scene":"broken","receive_id":"ou_1"}`)
+	errs := p.Handle(t.Context(), ds)
+	if errs[0] != nil || errs[2] != nil {
+		t.Errorf("a, c: got %v, %v, want both decided", errs[0], errs[2])
+	}
+	if !gate.IsInvalid(errs[1]) || !strings.Contains(gate.InvalidReason(errs[1]), "the window store refused it") {
+		t.Errorf("b: got %v, want an invalid error naming the window store's refusal", errs[1])
+	}
+	if got, want := out.forwarded(), []string{"a", "c"}; !slices.Equal(got, want) {
+		t.Errorf("forwarded %v, want %v", got, want)
+	}
+	if got := led.priors["b"].Outcome; got != gate.OutcomeInvalid {
+		t.Errorf("b: ledger says %q, want invalid", got)
+	}
+}

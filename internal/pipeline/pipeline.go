@@ -292,10 +292,12 @@ func (p *Pipeline) verdicts(rules *gate.RuleSet, items []item) []error {
 // decide asks the window store about every message that needs it, in one
 // call, and resolves each outcome. When the store fails, the messages that
 // need no window (unknown scenes) are still decided: they must not wait for
-// a store they never use.
+// a store they never use. Should the store refuse the call for a request it
+// can never decide (gate.ErrInvalidRequest, which records nothing), halves
+// of it are asked in turn, and the messages of the requests refused on
+// their own are invalid: retried, they would hold back their batch forever.
 func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item) error {
-	var reqs []gate.AdmitRequest
-	var idx []int
+	var asks []admission
 	for i := range items {
 		it := &items[i]
 		if it.invalid != nil || it.twin >= 0 || it.known() {
@@ -303,38 +305,48 @@ func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item
 		}
 		it.plan = gate.PlanMessage(rules, it.msg)
 		if it.plan.Request != nil {
-			reqs = append(reqs, *it.plan.Request)
-			idx = append(idx, i)
+			asks = append(asks, admission{*it.plan.Request, i})
 		}
 	}
 	results := make([]gate.AdmitResult, len(items))
-	var storeErr error
-	if len(reqs) > 0 {
-		done := p.timer("window", "admit")
+	answered := make([]bool, len(items))
+	storeErr := isolate(p, "window", "admit", gate.ErrInvalidRequest, asks, func(part []admission) error {
+		reqs := make([]gate.AdmitRequest, len(part))
+		for k, a := range part {
+			reqs[k] = a.req
+		}
 		res, err := p.o.Store.Admit(ctx, reqs)
-		done()
 		if err == nil && len(res) != len(reqs) {
 			err = fmt.Errorf("admit: %w: store answered %d of %d requests", gate.ErrUnavailable, len(res), len(reqs))
 		}
 		if err != nil {
-			storeErr = err
-		} else {
-			for k, i := range idx {
-				results[i] = res[k]
-				items[i].counted = res[k].Admitted && !res[k].Duplicate
-			}
+			return err
 		}
-	}
+		for k, a := range part {
+			results[a.i], answered[a.i] = res[k], true
+			items[a.i].counted = res[k].Admitted && !res[k].Duplicate
+		}
+		return nil
+	}, func(a admission, why error) {
+		items[a.i].invalid = &gate.InvalidError{Reason: "the window store refused it: " + why.Error()}
+	})
 	now := p.o.Now()
 	for i := range items {
 		it := &items[i]
-		if it.invalid != nil || it.twin >= 0 || it.known() || (storeErr != nil && it.plan.Request != nil) {
+		if it.invalid != nil || it.twin >= 0 || it.known() || (it.plan.Request != nil && !answered[i]) {
 			continue
 		}
 		it.dec = gate.Resolve(rules, it.plan, results[i], now)
 		it.decided = true
 	}
 	return storeErr
+}
+
+// admission is a request to the window store, with the index of the item
+// it is for.
+type admission struct {
+	req gate.AdmitRequest
+	i   int
 }
 
 // storeDown handles a window store that could not answer: messages of
