@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
+	"unicode"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -163,7 +165,7 @@ func (p *Pipeline) park(ctx context.Context, items []item, refused []refusal) (f
 			forget = append(forget, *it.plan.Request)
 		}
 		if it.invalid == nil {
-			it.invalid = &gate.InvalidError{Reason: "the audit store refused it: " + r.why.Error()}
+			it.invalid = refusedBy("audit", r.why)
 			it.decided, it.dec = false, gate.Decision{}
 		}
 		it.err = it.invalid
@@ -234,4 +236,23 @@ func (p *Pipeline) forget(ctx context.Context, reqs []gate.AdmitRequest) {
 		err = p.transient("window", "forget", err)
 		p.o.Log.Warn("admissions taken back stay counted in their windows", "ids", len(reqs), "err", err)
 	}
+}
+
+// maxReasonBytes bounds the store's words quoted in a refusal's reason.
+const maxReasonBytes = 400
+
+// refusedBy is the verdict on a message the store named refused for good
+// with why. The reason becomes the dead letter's Gate-Error header: one line
+// of valid UTF-8, as a header needs, however the store phrased it.
+func refusedBy(store string, why error) *gate.InvalidError {
+	msg := strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(why.Error(), "\uFFFD"))
+	if len(msg) > maxReasonBytes {
+		msg = strings.ToValidUTF8(msg[:maxReasonBytes], "") + "…"
+	}
+	return &gate.InvalidError{Reason: "the " + store + " store refused it: " + msg}
 }

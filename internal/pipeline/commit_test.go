@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -318,5 +319,18 @@ func TestRequestTheWindowRefuses(t *testing.T) {
 	}
 	if got := led.priors["b"].Outcome; got != gate.OutcomeInvalid {
 		t.Errorf("b: ledger says %q, want invalid", got)
+	}
+}
+
+// A refusal's reason becomes a NATS header: one line of valid UTF-8 of
+// bounded length, whatever the store said.
+func TestRefusalReasonIsOneLine(t *testing.T) {
+	why := fmt.Errorf("ERROR: bad\r\nGate-Forged: yes\x00\xff %s", strings.Repeat("x", 2000))
+	reason := refusedBy("audit", why).Reason
+	if strings.ContainsAny(reason, "\r\n\x00") || !utf8.ValidString(reason) || len(reason) > 500 {
+		t.Errorf("reason %q: want one line of valid UTF-8 within 500 bytes", reason)
+	}
+	if !strings.HasPrefix(reason, "the audit store refused it: ERROR: bad  Gate-Forged: yes") {
+		t.Errorf("reason %q does not quote the store", reason)
 	}
 }

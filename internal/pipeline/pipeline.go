@@ -328,7 +328,7 @@ func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item
 		}
 		return nil
 	}, func(a admission, why error) {
-		items[a.i].invalid = &gate.InvalidError{Reason: "the window store refused it: " + why.Error()}
+		items[a.i].invalid = refusedBy("window", why)
 	})
 	now := p.o.Now()
 	for i := range items {
