@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ type config struct {
 	NacosResync      time.Duration
 	DataDir          string
 	HTTPAddr         string
+	HTTPAllowedHosts []string
 	APIToken         string
 	Rules            string
 	RulesPoll        time.Duration
@@ -107,6 +109,10 @@ func settings(c *config) []setting {
 		{"nacos-password", "GATE_NACOS_PASSWORD", "", "Nacos password (prefer the variable to the flag)", true, str(&c.NacosPassword)},
 		{"data-dir", "GATE_DATA_DIR", "./data", "folder for SQLite, embedded NATS streams and the Nacos cache", false, str(&c.DataDir)},
 		{"http-addr", "GATE_HTTP_ADDR", "127.0.0.1:8080", "listen address of the HTTP API", false, str(&c.HTTPAddr)},
+		{"http-allowed-hosts", "GATE_HTTP_ALLOWED_HOSTS", "", "host names the HTTP API answers to besides localhost, 127.0.0.1 and ::1, comma-separated (* for any): a guard against DNS rebinding", false, func(v string) (err error) {
+			c.HTTPAllowedHosts, err = parseHostList(v)
+			return err
+		}},
 		{"api-token", "GATE_API_TOKEN", "", "bearer token required on /v1/* (prefer the variable to the flag)", true, str(&c.APIToken)},
 		{"rules", "GATE_RULES", "./rules", "rule document: a YAML file or a folder of them", false, str(&c.Rules)},
 		{"rules-poll", "GATE_RULES_POLL", "1s", "how often the rules file or folder is checked for changes", false, dur(&c.RulesPoll)},
@@ -142,6 +148,25 @@ func settings(c *config) []setting {
 		}},
 		{"shutdown-timeout", "GATE_SHUTDOWN_TIMEOUT", "10s", "longest graceful shutdown", false, dur(&c.ShutdownTimeout)},
 	}
+}
+
+// parseHostList reads GATE_HTTP_ALLOWED_HOSTS: host names or IP
+// addresses, or *. A scheme, port or path is refused rather than ignored,
+// so that nobody believes it is compared.
+func parseHostList(v string) ([]string, error) {
+	var hosts []string
+	for _, h := range strings.Split(v, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			continue
+		}
+		_, notIP := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"))
+		if h != "*" && notIP != nil && strings.ContainsAny(h, ":/@?#[] *") {
+			return nil, fmt.Errorf("want host names such as gate.example.com, without scheme, port or path, or *; got %q", h)
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, nil
 }
 
 // parseConfig reads flags over variables over defaults.

@@ -56,7 +56,7 @@ func publish(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	nc, err := nats.Connect(*natsURL, nats.Name("gate publish"), nats.Timeout(5*time.Second))
 	if err != nil {
-		return fmt.Errorf("publish: connect to %s: %w", *natsURL, err)
+		return newScrubber(&config{NATSURL: *natsURL}).Error(fmt.Errorf("publish: connect to %s: %w", *natsURL, err))
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

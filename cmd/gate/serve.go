@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -41,13 +40,16 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-func newLogger(c *config, w io.Writer) *slog.Logger {
+// newLogger writes c's log format at c's level to w, with scrub masking
+// the configured secrets wherever they appear.
+func newLogger(c *config, w io.Writer, scrub *scrubber) *slog.Logger {
 	lvl, _ := parseLevel(c.LogLevel) // validated
 	opts := &slog.HandlerOptions{Level: lvl}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if c.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(scrub.Handler(h))
 }
 
 // countParked counts a message parked after exhausting its deliveries in
@@ -89,8 +91,9 @@ func tuneGC(getenv func(string) string, log *slog.Logger) {
 
 // serve runs the gate until ctx is cancelled, then shuts down gracefully:
 // it stops pulling, finishes the batch in hand, and exits within
-// GATE_SHUTDOWN_TIMEOUT.
-func serve(ctx context.Context, args []string, getenv func(string) string, _ io.Writer, stderr io.Writer) error {
+// GATE_SHUTDOWN_TIMEOUT. The configured secrets are masked in its log and
+// in the error it returns.
+func serve(ctx context.Context, args []string, getenv func(string) string, _ io.Writer, stderr io.Writer) (err error) {
 	c, err := parseConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -98,7 +101,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	if err != nil {
 		return err
 	}
-	log := newLogger(c, stderr)
+	scrub := newScrubber(c)
+	defer func() { err = scrub.Error(err) }()
+	log := newLogger(c, stderr, scrub)
 	tuneGC(getenv, log)
 	if err := os.MkdirAll(c.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
@@ -148,18 +153,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	if err != nil {
 		return fmt.Errorf("http listen on %s: %w", c.HTTPAddr, err)
 	}
-	srv := &http.Server{
-		Handler: httpapi.NewServer(httpapi.Options{
-			Rules: live, Reports: audit, Token: c.APIToken, Metrics: m, Log: log,
-			Checks: map[string]httpapi.Check{
-				"nats":         bus.Ping,
-				"window_store": store.Ping,
-				"audit_store":  audit.Ping,
-				"rules":        rulesReady,
-			},
-		}),
-		ReadHeaderTimeout: 5 * time.Second,
-	}
+	srv := newHTTPServer(httpapi.NewServer(httpapi.Options{
+		Rules: live, Reports: audit, Token: c.APIToken, AllowedHosts: c.HTTPAllowedHosts, Metrics: m, Log: log,
+		Checks: map[string]httpapi.Check{
+			"nats":         bus.Ping,
+			"window_store": store.Ping,
+			"audit_store":  audit.Ping,
+			"rules":        rulesReady,
+		},
+	}), defaultHTTPLimits, log)
 
 	log.Info("gate starting",
 		"nats", natsName, "window_store", storeName, "audit_store", auditName, "rules", ruleSource,
@@ -218,6 +220,40 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		log.Warn("shutdown timed out; messages in flight will be redelivered", "timeout", c.ShutdownTimeout)
 	}
 	return runErr
+}
+
+// httpLimits bound the time a connection to the HTTP API may hold the
+// server, so that idle or slow clients cannot pile up.
+type httpLimits struct {
+	// readHeader bounds the reading of a request's headers, and read
+	// that of the whole request (the API takes no bodies).
+	readHeader, read time.Duration
+	// write bounds a request from the end of its headers to the end of its
+	// answer. The CSV export sets its own deadline per page instead
+	// (httpapi.Options.ExportPageTimeout).
+	write time.Duration
+	// idle bounds the wait for the next request on a kept-alive
+	// connection.
+	idle time.Duration
+}
+
+// defaultHTTPLimits are the limits of gate serve. Every answer but the
+// export is one query away (/readyz waits 2 s at most), so 60 s of write
+// time is generous; 30 s idle keeps a browser's or a scraper's connection
+// between two refreshes without letting a thousand idle ones stay for good.
+var defaultHTTPLimits = httpLimits{readHeader: 5 * time.Second, read: 10 * time.Second, write: time.Minute, idle: 30 * time.Second}
+
+// newHTTPServer serves h within l. The server's own complaints (a panic in
+// a handler, a query with a ';') go to log.
+func newHTTPServer(h http.Handler, l httpLimits, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: l.readHeader,
+		ReadTimeout:       l.read,
+		WriteTimeout:      l.write,
+		IdleTimeout:       l.idle,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }
 
 func ruleCheck(live gate.RuleSource) httpapi.Check {
@@ -430,20 +466,6 @@ func pruneLoop(ctx context.Context, audit *gormstore.Store, auditRetention time.
 			}
 		}
 	}
-}
-
-// redactURL hides the password of a URL for logs.
-func redactURL(s string) string {
-	if i := strings.Index(s, "://"); i >= 0 {
-		rest := s[i+3:]
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			cred := rest[:at]
-			if colon := strings.Index(cred, ":"); colon >= 0 {
-				return s[:i+3] + cred[:colon] + ":xxxxx" + rest[at:]
-			}
-		}
-	}
-	return s
 }
 
 // closeStack closes resources in reverse order of opening.
