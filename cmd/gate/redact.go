@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/antifatigue/gate/internal/httpapi"
 )
 
 // mask stands in for a secret in what the gate logs or prints.
@@ -300,6 +302,19 @@ func (s *scrubber) Error(err error) error {
 		return err
 	}
 	return &scrubbedError{err: err, msg: msg}
+}
+
+// checks wraps readiness checks so that /readyz, which answers anyone,
+// shows their errors scrubbed.
+func (s *scrubber) checks(cs map[string]httpapi.Check) map[string]httpapi.Check {
+	if s == nil {
+		return cs
+	}
+	out := make(map[string]httpapi.Check, len(cs))
+	for name, check := range cs {
+		out[name] = func(ctx context.Context) error { return s.Error(check(ctx)) }
+	}
+	return out
 }
 
 type scrubbedError struct {

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/gormstore"
+	"github.com/antifatigue/gate/internal/httpapi"
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 )
@@ -154,5 +156,22 @@ func TestScrubHandler(t *testing.T) {
 				t.Errorf("%s log lost %q: %s", format, want, out)
 			}
 		}
+	}
+}
+
+// TestScrubbedChecks checks that /readyz, which answers without a token,
+// cannot show a secret a dependency's error quotes.
+func TestScrubbedChecks(t *testing.T) {
+	c := &config{RedisURL: "redis://:pa55word-xyz@cache:6379"}
+	checks := newScrubber(c).checks(map[string]httpapi.Check{
+		"window_store": func(context.Context) error { return fmt.Errorf("ping %s: %w", c.RedisURL, gate.ErrUnavailable) },
+		"nats":         func(context.Context) error { return nil },
+	})
+	err := checks["window_store"](context.Background())
+	if err == nil || strings.Contains(err.Error(), "pa55word-xyz") || !errors.Is(err, gate.ErrUnavailable) {
+		t.Errorf("window_store check: got %v, want the error scrubbed and still ErrUnavailable", err)
+	}
+	if err := checks["nats"](context.Background()); err != nil {
+		t.Errorf("a passing check fails once wrapped: %v", err)
 	}
 }

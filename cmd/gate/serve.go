@@ -155,12 +155,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	}
 	srv := newHTTPServer(httpapi.NewServer(httpapi.Options{
 		Rules: live, Reports: audit, Token: c.APIToken, AllowedHosts: c.HTTPAllowedHosts, Metrics: m, Log: log,
-		Checks: map[string]httpapi.Check{
+		Checks: scrub.checks(map[string]httpapi.Check{
 			"nats":         bus.Ping,
 			"window_store": store.Ping,
 			"audit_store":  audit.Ping,
 			"rules":        rulesReady,
-		},
+		}),
 	}), defaultHTTPLimits, log)
 
 	log.Info("gate starting",
