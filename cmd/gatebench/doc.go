@@ -16,19 +16,26 @@
 //   - the ceilings, on the same services: JetStream consume + ack doing no
 //     work, the gate's own Redis script with the gate's pipelining, and the
 //     gate's audit commit;
-//   - the seed design: one message at a time, MULTI ZADD / ZREMRANGEBYSCORE /
-//     ZCARD / EXPIRE, then a synchronous ack;
+//   - the seed design, as a careful engineer would build it from the seed
+//     posts: one message at a time from a Consume callback, one MULTI of
+//     ZADD / ZREMRANGEBYSCORE / ZCARD / EXPIRE per limit and recipient cap
+//     (a rejected member removed again), a forward published and awaited or
+//     a suppression row inserted, then a synchronous ack; its outcomes must
+//     equal the simulation's;
 //   - Redis memory per tracked (recipient, scene), from INFO memory.
 //
 // The outcome of a message is its acknowledgement on GATE_IN, which the gate
 // sends only once the outcome is durable. gatebench sees every ack on the
 // wire (a plain subscription to $JS.ACK.>), and the ack subject carries the
-// time the stream stored the message: latency is the one minus the other, on
-// one host clock. CPU time of every process (gate, nats-server, redis-server,
+// message's stream sequence and the time the stream stored it: a message is
+// decided once its sequence is acked (an ack seen twice counts once), and
+// latency is the first ack's time minus the stored time, on one host clock. CPU time of every process (gate, nats-server, redis-server,
 // postgres, gatebench itself) is read from /proc around each phase.
 //
 // It prints a table per run, the medians, and a last line starting with
-// BENCH for machines to read. It leaves nothing behind: its keys in the
+// BENCH for machines to read. It exits non-zero when, in any run, the gate's
+// counters disagree with the simulation, the gate sent a nak, or the seed
+// decided otherwise than the simulation: such figures mean nothing. It leaves nothing behind: its keys in the
 // shared Redis are deleted (never FLUSHALL), its Postgres schema dropped.
 //
 // Being a command, it may import any package of the module and every

@@ -151,8 +151,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		results = append(results, res)
 		printRun(stdout, i+1, res)
 	}
-	printSummary(stdout, c, results)
-	return nil
+	fs := make([]figures, len(results))
+	for i, r := range results {
+		fs[i] = r.figures()
+	}
+	printSummary(stdout, c, fs)
+	// The figures stand only on runs that decided every message as the
+	// simulation says, and handed none back.
+	return verdict(fs)
 }
 
 // runner is one run: its tag, its services and the figures it collects.
@@ -212,7 +218,7 @@ type runResult struct {
 	tag      string
 	gate     gateResult
 	ceil     ceilings
-	seed     phase
+	seed     seedResult
 	memory   memoryResult
 	duration time.Duration
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -16,6 +17,19 @@ type row struct {
 	rate     float64
 	p50, p99 float64 // ms; 0 when not measured
 	cpu      map[string]float64
+}
+
+// cpuTotal is the row's CPU time per message of every process together
+// (µs): the gate, nats-server, Redis, PostgreSQL and gatebench, not the
+// rest of the machine ("other").
+func (r row) cpuTotal() float64 {
+	var t float64
+	for _, c := range components {
+		if c != "other" {
+			t += r.cpu[c]
+		}
+	}
+	return t
 }
 
 // Rows of the table, in order.
@@ -38,11 +52,15 @@ var rowNames = [nRows]string{
 type figures struct {
 	rows                        [nRows]row
 	ceilingRatio, baselineRatio float64
+	jetstreamRatio              float64 // the gate's rate over the JetStream consume+ack ceiling
+	cpuPerMsg, seedCPUPerMsg    float64 // µs, every process together: the gate at full speed, the seed
 	bytesPerPair, sampleUsage   float64
 	heldShare, otherShare       float64
 	smallestName                string
-	countsAgree                 bool
-	naks                        int
+	countsAgree                 bool // the gate's counters equal the simulation
+	seedAgrees                  bool // the seed's outcomes equal the simulation
+	naks                        int  // the gate's, both phases
+	repeats                     int  // acks of a sequence already acked, both phases
 	seconds                     float64
 	stages                      [2]stageStats // full speed, half rate
 }
@@ -67,15 +85,17 @@ func (r runResult) figures() figures {
 		rows: [nRows]row{
 			phaseRow(rowNames[rowGate], g.max, true), phaseRow(rowNames[rowHalf], g.half, true),
 			phaseRow(rowNames[rowJetStream], r.ceil.jetstream, true), phaseRow(rowNames[rowRedis], r.ceil.redis, false),
-			phaseRow(rowNames[rowAudit], r.ceil.audit, false), phaseRow(rowNames[rowSeed], r.seed, false),
+			phaseRow(rowNames[rowAudit], r.ceil.audit, false), phaseRow(rowNames[rowSeed], r.seed.phase, false),
 		},
-		ceilingRatio: g.max.rate / smallest, baselineRatio: g.max.rate / r.seed.rate,
+		ceilingRatio: g.max.rate / smallest, baselineRatio: g.max.rate / r.seed.rate, jetstreamRatio: g.max.rate / r.ceil.jetstream.rate,
 		bytesPerPair: r.memory.perPair, sampleUsage: float64(r.memory.sampleUsage),
 		heldShare: g.counted.heldShare(), smallestName: name,
 		countsAgree: g.counted == g.expected, naks: g.max.naks + g.half.naks,
+		seedAgrees: r.seed.counted == r.seed.expected, repeats: g.max.repeats + g.half.repeats,
 		seconds: r.duration.Seconds(),
 		stages:  [2]stageStats{g.max.stages, g.half.stages},
 	}
+	f.cpuPerMsg, f.seedCPUPerMsg = f.rows[rowGate].cpuTotal(), f.rows[rowSeed].cpuTotal()
 	if all := g.max.cpu.all; all > 0 {
 		f.otherShare = float64(g.max.cpu.used["other"]) / float64(all)
 	}
@@ -91,9 +111,16 @@ func printRun(w io.Writer, n int, r runResult) {
 	if !f.countsAgree {
 		agree = "DISAGREE"
 	}
-	fmt.Fprintf(w, "outcomes: forward %d, suppress %d, drop %d; the gate's counters %s with the simulation (forward %d, suppress %d, drop %d); naks %d\n",
+	fmt.Fprintf(w, "outcomes: forward %d, suppress %d, drop %d; the gate's counters %s with the simulation (forward %d, suppress %d, drop %d); naks %d; repeated acks %d\n",
 		g.counted.forward, g.counted.suppress, g.counted.drop, agree,
-		g.expected.forward, g.expected.suppress, g.expected.drop, f.naks)
+		g.expected.forward, g.expected.suppress, g.expected.drop, f.naks, f.repeats)
+	s := r.seed
+	agree = "agree"
+	if !f.seedAgrees {
+		agree = "DISAGREE"
+	}
+	fmt.Fprintf(w, "seed baseline: %d messages, forward %d, suppress %d, drop %d; %s with the simulation (forward %d, suppress %d, drop %d)\n",
+		s.n, s.counted.forward, s.counted.suppress, s.counted.drop, agree, s.expected.forward, s.expected.suppress, s.expected.drop)
 }
 
 func printTable(w io.Writer, f figures) {
@@ -112,6 +139,8 @@ func printTable(w io.Writer, f figures) {
 	}
 	tw.Flush()
 	printStages(w, f.stages[0], f.stages[1])
+	fmt.Fprintf(w, "CPU per message, every process: gate %.1f µs at full speed, seed %.1f µs; gate / jetstream ceiling: %.2f\n",
+		f.cpuPerMsg, f.seedCPUPerMsg, f.jetstreamRatio)
 	fmt.Fprintf(w, "gate / smallest ceiling (%s): %.2f; gate / seed: %.1f; held back %.1f %%; Redis bytes per (recipient, scene): %.0f (MEMORY USAGE of one key: %.0f); others' load: %.0f %% of the machine\n",
 		f.smallestName, f.ceilingRatio, f.baselineRatio, 100*f.heldShare, f.bytesPerPair, f.sampleUsage, 100*f.otherShare)
 }
@@ -131,7 +160,7 @@ func median(fs []figures, pick func(figures) float64) float64 {
 
 // medians takes every figure's median on its own.
 func medians(fs []figures) figures {
-	m := figures{countsAgree: true}
+	m := figures{countsAgree: true, seedAgrees: true}
 	for i := range m.rows {
 		r := &m.rows[i]
 		r.name = rowNames[i]
@@ -145,6 +174,9 @@ func medians(fs []figures) figures {
 	}
 	m.ceilingRatio = median(fs, func(f figures) float64 { return f.ceilingRatio })
 	m.baselineRatio = median(fs, func(f figures) float64 { return f.baselineRatio })
+	m.jetstreamRatio = median(fs, func(f figures) float64 { return f.jetstreamRatio })
+	m.cpuPerMsg = median(fs, func(f figures) float64 { return f.cpuPerMsg })
+	m.seedCPUPerMsg = median(fs, func(f figures) float64 { return f.seedCPUPerMsg })
 	m.bytesPerPair = median(fs, func(f figures) float64 { return f.bytesPerPair })
 	m.sampleUsage = median(fs, func(f figures) float64 { return f.sampleUsage })
 	m.heldShare = median(fs, func(f figures) float64 { return f.heldShare })
@@ -153,7 +185,9 @@ func medians(fs []figures) figures {
 	for _, f := range fs {
 		names[f.smallestName]++
 		m.countsAgree = m.countsAgree && f.countsAgree
+		m.seedAgrees = m.seedAgrees && f.seedAgrees
 		m.naks = max(m.naks, f.naks)
+		m.repeats = max(m.repeats, f.repeats)
 	}
 	m.smallestName = mostCommon(names)
 	for i := range m.stages {
@@ -165,26 +199,55 @@ func medians(fs []figures) figures {
 	return m
 }
 
-func printSummary(w io.Writer, c *config, results []runResult) {
-	fs := make([]figures, len(results))
-	for i, r := range results {
-		fs[i] = r.figures()
-	}
+func printSummary(w io.Writer, c *config, fs []figures) {
 	m := medians(fs)
-	fmt.Fprintf(w, "\nmedians of %d runs of %d messages; %s\n", len(results), c.n, c.mode())
+	fmt.Fprintf(w, "\nmedians of %d runs of %d messages; %s\n", len(fs), c.n, c.mode())
 	printTable(w, m)
-	agree := "yes"
-	if !m.countsAgree {
-		agree = "NO"
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "NO"
 	}
-	fmt.Fprintf(w, "the gate's counters agree with the simulation in every run: %s; most naks in a run: %d\n", agree, m.naks)
+	fmt.Fprintf(w, "the gate's counters agree with the simulation in every run: %s; the seed's outcomes too: %s; most naks in a run: %d; most repeated acks: %d\n",
+		yes(m.countsAgree), yes(m.seedAgrees), m.naks, m.repeats)
+	fmt.Fprintln(w, benchLine(m, len(fs), c.n, c.headers))
+}
+
+// benchLine is the summary's last line, for machines: m's figures as
+// key=value pairs after the word BENCH.
+func benchLine(m figures, runs, n int, headers bool) string {
 	g, h := m.rows[rowGate], m.rows[rowHalf]
-	fmt.Fprintf(w, "BENCH gate_msgs_per_s=%.0f ceiling_ratio=%.2f baseline_ratio=%.1f p99_ms_half_load=%.2f redis_bytes_per_recipient_scene=%.0f"+
-		" p50_ms_half_load=%.2f p50_ms_max=%.1f p99_ms_max=%.1f jetstream_ceiling=%.0f redis_ceiling=%.0f audit_ceiling=%.0f seed_msgs_per_s=%.0f"+
-		" smallest_ceiling=%s counts_agree=%t runs=%d n=%d headers=%t\n",
+	return fmt.Sprintf("BENCH gate_msgs_per_s=%.0f ceiling_ratio=%.2f baseline_ratio=%.1f p99_ms_half_load=%.2f redis_bytes_per_recipient_scene=%.0f"+
+		" cpu_us_per_msg=%.1f jetstream_ratio=%.2f"+
+		" p50_ms_half_load=%.2f p50_ms_max=%.1f p99_ms_max=%.1f jetstream_ceiling=%.0f redis_ceiling=%.0f audit_ceiling=%.0f seed_msgs_per_s=%.0f seed_cpu_us_per_msg=%.1f"+
+		" smallest_ceiling=%s counts_agree=%t seed_agrees=%t naks=%d runs=%d n=%d headers=%t",
 		g.rate, m.ceilingRatio, m.baselineRatio, h.p99, m.bytesPerPair,
-		h.p50, g.p50, g.p99, m.rows[rowJetStream].rate, m.rows[rowRedis].rate, m.rows[rowAudit].rate, m.rows[rowSeed].rate,
-		m.smallestName, m.countsAgree, len(results), c.n, c.headers)
+		m.cpuPerMsg, m.jetstreamRatio,
+		h.p50, g.p50, g.p99, m.rows[rowJetStream].rate, m.rows[rowRedis].rate, m.rows[rowAudit].rate, m.rows[rowSeed].rate, m.seedCPUPerMsg,
+		m.smallestName, m.countsAgree, m.seedAgrees, m.naks, runs, n, headers)
+}
+
+// verdict is nil when every run's figures can be trusted: the gate's
+// counters equal the simulation, the gate saw no nak, and the seed decided
+// as the simulation says. Otherwise it says what failed, in which run.
+func verdict(fs []figures) error {
+	var problems []string
+	for i, f := range fs {
+		if !f.countsAgree {
+			problems = append(problems, fmt.Sprintf("run %d: the gate's counters disagree with the simulation", i+1))
+		}
+		if f.naks > 0 {
+			problems = append(problems, fmt.Sprintf("run %d: the gate sent %d naks", i+1, f.naks))
+		}
+		if !f.seedAgrees {
+			problems = append(problems, fmt.Sprintf("run %d: the seed baseline's outcomes disagree with the simulation", i+1))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(problems, "; "))
 }
 
 func mostCommon(counts map[string]int) string {

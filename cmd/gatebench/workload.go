@@ -184,6 +184,18 @@ func (w *workload) batchOf(n int) messages {
 // outcomes counts decisions by outcome.
 type outcomes struct{ forward, suppress, drop int }
 
+// add counts one outcome; an invalid or parked one counts nowhere.
+func (o *outcomes) add(out gate.Outcome) {
+	switch out {
+	case gate.OutcomeForward:
+		o.forward++
+	case gate.OutcomeSuppress:
+		o.suppress++
+	case gate.OutcomeDrop:
+		o.drop++
+	}
+}
+
 func (o outcomes) total() int { return o.forward + o.suppress + o.drop }
 
 // heldShare is the share of messages held back (suppressed or dropped).
@@ -226,14 +238,7 @@ func (s *simulator) decide(data [][]byte, keep bool) ([]gate.Record, error) {
 			res = r[0]
 		}
 		dec := gate.Resolve(s.rs, p, res, time.Now())
-		switch dec.Outcome {
-		case gate.OutcomeForward:
-			s.got.forward++
-		case gate.OutcomeSuppress:
-			s.got.suppress++
-		case gate.OutcomeDrop:
-			s.got.drop++
-		}
+		s.got.add(dec.Outcome)
 		if keep {
 			recs = append(recs, gate.RecordOf(m.ID, m, dec, s.rs.Version))
 		}
