@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/natsbus"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,7 +26,7 @@ var badModel = model{Scenes: []sceneSpec{{Name: "b.one", Limits: []limit{{"1h", 
 type hostile struct {
 	name   string
 	body   []byte
-	header string // Nats-Msg-Id, if any
+	header nats.Header // Nats-Msg-Id, and the header fast path's Gate-*, if any
 	// id is the message id the gate decides it under; "" when the message
 	// must go to the dead letter. reason is a piece of the Gate-Error the
 	// dead letter must carry.
@@ -35,6 +37,21 @@ func envelope(id, to string, extra string) []byte {
 	b, _ := json.Marshal(id)
 	r, _ := json.Marshal(to)
 	return []byte(`{"id":` + string(b) + `,"scene":"b.one","receive_id_type":"open_id","receive_id":` + string(r) + extra + `}`)
+}
+
+// headers are the message headers of key, value pairs.
+func headers(kv ...string) nats.Header {
+	h := nats.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Set(kv[i], kv[i+1])
+	}
+	return h
+}
+
+// fastPath are the headers of the header fast path (gate.ParseDelivery):
+// the gate decides by them without reading the body.
+func fastPath(id, scene, recipient string) nats.Header {
+	return headers(gate.MsgIDHeader, id, gate.SceneHeader, scene, gate.RecipientHeader, recipient)
 }
 
 // maxPayload is nats-server's default max_payload, 1 MiB.
@@ -55,7 +72,7 @@ func hostileMessages(rng *rand.Rand, run string) []hostile {
 		{name: "over the size limit", body: envelope(id("huge"), to("huge"), `,"content":"`+strings.Repeat("a", 300<<10)+`"`), reason: "over the limit"},
 		{name: "at NATS's max payload", body: envelope(id("max"), to("max"), `,"content":"`+strings.Repeat("m", maxPayload-200)+`"`), reason: "over the limit"},
 		{name: "binary", body: binary, reason: "UTF-8"},
-		{name: "NUL bytes", body: make([]byte, 64), reason: "JSON"},
+		{name: "NUL bytes", body: make([]byte, 64), reason: "NUL byte"},
 		{name: "invalid UTF-8 inside a string", body: []byte(`{"id":"` + id("utf8") + `","scene":"b.one","receive_id":"` + to("utf8") + "\xff" + `"}`), reason: "UTF-8"},
 		{name: "nested 100,000 deep", body: envelope(id("deep"), to("deep"), `,"content":`+deep), reason: "JSON"},
 		{name: "nested 400 deep content is passed through", body: envelope(id("nested"), to("nested"), `,"content":`+nested), id: id("nested")},
@@ -70,7 +87,9 @@ func hostileMessages(rng *rand.Rand, run string) []hostile {
 		{name: "bool id type", body: []byte(`{"id":"` + id("bool") + `","scene":"b.one","receive_id":"ou","receive_id_type":true}`), reason: `"receive_id_type"`},
 		{name: "number priority", body: []byte(`{"id":"` + id("prio") + `","scene":"b.one","receive_id":"ou","priority":1}`), reason: `"priority"`},
 		{name: "empty id", body: envelope("", to("empty"), ""), reason: "id is missing"},
-		{name: "empty id, id in the header", body: envelope("", to("hdr"), ""), header: id("hdr"), id: id("hdr")},
+		{name: "empty id, id in the header", body: envelope("", to("hdr"), ""), header: headers(gate.MsgIDHeader, id("hdr")), id: id("hdr")},
+		{name: "empty id, id in a header not UTF-8", body: envelope("", to("hdr8"), ""), header: headers(gate.MsgIDHeader, id("hdr8")+"\xff"),
+			reason: "id (the Nats-Msg-Id header) is not valid UTF-8"},
 		{name: "blank id", body: envelope("   ", to("blank"), ""), reason: "id is missing"},
 		{name: "id over 256 bytes", body: envelope(run+long, to("long"), ""), reason: "over the limit of 256"},
 		{name: "id of exactly 256 bytes", body: envelope(exact, to("exact"), ""), id: exact},
@@ -84,6 +103,41 @@ func hostileMessages(rng *rand.Rand, run string) []hostile {
 		{name: "lone surrogate escape", body: []byte(`{"id":"` + id("surr") + `","scene":"b.one","receive_id":"\ud800` + run + `"}`), id: id("surr")},
 		{name: "duplicate keys: the last wins", body: []byte(`{"id":"ignored","id":"` + id("dupkey") + `","scene":"b.one","receive_id":"` + to("dupkey") + `"}`), id: id("dupkey")},
 		{name: "content of another type", body: envelope(id("num"), to("num"), `,"content":12.5e300`), id: id("num")},
+		{name: "msg_type of another type", body: envelope(id("mtype"), to("mtype"), `,"msg_type":{"a":"\u0000"}`), id: id("mtype")},
+		{name: "NUL escape in the id", body: envelope(id("nul")+"\x00", to("nul"), ""), reason: "id contains a control character (U+0000"},
+		{name: "C1 escape in the scene", body: []byte(`{"id":"` + id("c1") + `","scene":"b.\u0085one","receive_id":"` + to("c1") + `"}`),
+			reason: "scene contains a control character (U+0085"},
+		{name: "right-to-left override escape in the scene", body: []byte(`{"id":"` + id("rlo") + `","scene":"b.one\u202e","receive_id":"` + to("rlo") + `"}`),
+			reason: "scene contains a bidirectional control character (U+202E"},
+		{name: "NUL escape in the content is passed through", body: envelope(id("nulc"), to("nulc"), `,"content":"a\u0000b"`), id: id("nulc")},
+
+		// The header fast path: the headers are any bytes a producer sent.
+		// Each of these crashed the gate (a scene as a Prometheus label) or
+		// stalled it (an id or recipient PostgreSQL cannot store).
+		{name: "headers: Gate-Scene not UTF-8", body: []byte(`{}`), header: fastPath(id("h-scene"), "b.one\xff", "open_id:"+to("h-scene")),
+			reason: "Gate-Scene header is not valid UTF-8"},
+		{name: "headers: Nats-Msg-Id not UTF-8", body: []byte(`{}`), header: fastPath(id("h-id")+"\xff", "b.one", "open_id:"+to("h-id")),
+			reason: "Nats-Msg-Id header is not valid UTF-8"},
+		{name: "headers: Gate-Recipient not UTF-8", body: []byte(`{}`), header: fastPath(id("h-to"), "b.one", "open_id:"+to("h-to")+"\xff"),
+			reason: "receive_id of the Gate-Recipient header is not valid UTF-8"},
+		{name: "headers: receive_id_type not UTF-8", body: []byte(`{}`), header: fastPath(id("h-type"), "b.one", "open\xff:"+to("h-type")),
+			reason: "Gate-Recipient header: receive_id_type"},
+		{name: "headers: Gate-Priority not UTF-8", body: []byte(`{}`),
+			header: headers(gate.MsgIDHeader, id("h-prio"), gate.SceneHeader, "b.one", gate.RecipientHeader, "open_id:"+to("h-prio"), gate.PriorityHeader, "urgent\xff"),
+			reason: "Gate-Priority header"},
+		{name: "headers: C1 control in Gate-Scene", body: []byte(`{}`), header: fastPath(id("h-c1"), "b.\u0085one", "open_id:"+to("h-c1")),
+			reason: "Gate-Scene header contains a control character (U+0085"},
+		{name: "headers: C1 control in Gate-Recipient", body: []byte(`{}`), header: fastPath(id("h-c1to"), "b.one", "open_id:"+to("h-c1to")+"\u009b"),
+			reason: "receive_id of the Gate-Recipient header contains a control character (U+009B"},
+		{name: "headers: right-to-left override in Gate-Scene", body: []byte(`{}`), header: fastPath(id("h-rlo"), "b.one\u202egnp", "open_id:"+to("h-rlo")),
+			reason: "Gate-Scene header contains a bidirectional control character (U+202E"},
+		{name: "headers: NUL in the body", body: []byte("{\x00}"), header: fastPath(id("h-nul"), "b.one", "open_id:"+to("h-nul")),
+			reason: "NUL byte"},
+		// After all of them, in the same batches: still decided, by either
+		// path. The header path's recipient gets a window of its own.
+		{name: "headers: valid after the hostile ones", body: []byte(`not JSON, not read`), header: fastPath(id("h-ok"), "b.one", "user_id:"+to("h-ok")),
+			id: id("h-ok")},
+		{name: "valid after the hostile ones", body: envelope(id("ok"), to("ok"), ""), id: id("ok")},
 	}
 }
 
@@ -102,8 +156,8 @@ func TestHostileInput(t *testing.T) {
 	for i, h := range hs {
 		m := nats.NewMsg("gate.in")
 		m.Data = h.body
-		if h.header != "" {
-			m.Header.Set(jetstream.MsgIDHeader, h.header)
+		for k, vs := range h.header {
+			m.Header[k] = vs
 		}
 		ack, err := s.bus.js.PublishMsg(ctx, m)
 		if err != nil {
@@ -161,6 +215,12 @@ func TestHostileInput(t *testing.T) {
 	}
 	if !g.alive() || g.runs != 1 || g.logContains("panic") {
 		t.Fatalf("the gate did not survive hostile input (runs %d):\n%s", g.runs, tail(g.log, 30))
+	}
+	// Still ready, and the scenes it was sent did not break the metrics.
+	for _, path := range []string{"/readyz", "/metrics"} {
+		if code, body, err := g.get(path); err != nil || code != http.StatusOK {
+			t.Errorf("GET %s after hostile input: %d %v %.200s", path, code, err, body)
+		}
 	}
 	t.Logf("FAULT hostile input: in %d (+1 refused by NATS) | out: dead %d, forwarded %d, suppressed %d", len(hs), len(dead), len(outs), len(rows))
 }
