@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,9 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/httpapi"
+	"github.com/antifatigue/gate/internal/metrics"
 	"github.com/antifatigue/gate/internal/natsbus"
+	"github.com/antifatigue/gate/internal/redisstore"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -92,7 +95,10 @@ func (o outage) holds(want uint64, d time.Duration) {
 // the retry scene wait in GATE_IN, those of the fail-open scene are
 // forwarded unchecked and said to be, /readyz answers within its bound,
 // and the gate keeps settling (naking) messages instead of waiting on
-// Redis. After each fault every message is decided, exactly once.
+// Redis. After each fault every message is decided, exactly once; every
+// recipient's retry-scene count is exact; and the admissions Redis recorded
+// while its answers were lost (read past the proxy) are found by their
+// retries: each ends in one forward, none counts against its own message.
 func TestRedisCutHangAndRestart(t *testing.T) {
 	sc := scaleFor(t, 8000, 400, 0)
 	rng := sc.rng()
@@ -108,6 +114,17 @@ func TestRedisCutHangAndRestart(t *testing.T) {
 	for i := range waves {
 		waves[i] = msgs[i*len(msgs)/4 : (i+1)*len(msgs)/4]
 	}
+	// Recipients whose messages all arrive during the hang: their first
+	// admissions are recorded by a Redis whose answers are lost, so the
+	// retries after the hang meet them. Three each, so one is over the
+	// limit (2), and a retry that took its own admission for another's
+	// would be suppressed. They lead their wave, to meet the connections
+	// the gate opened before the hang: a new one would wait on its
+	// handshake and send nothing.
+	fresh := workload(rng, 90, 30, []string{"f.hold"}, 0)
+	waves[2] = slices.Concat(fresh, waves[2])
+	msgs = slices.Concat(msgs, fresh)
+	windows := newWindowReader(t, rs.addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var tm timing
@@ -119,7 +136,10 @@ func TestRedisCutHangAndRestart(t *testing.T) {
 	}
 	unchecked := func() float64 { return g.metric("gate_unchecked_forwards_total") }
 	retries := func() float64 { return g.metric("gate_retries_total") }
-	unknown := func() float64 { return g.metric("gate_decisions_total", `scene="f.unknown"`) }
+	// f.unknown has no rule: its decisions are counted under the shared label.
+	unknown := func() float64 {
+		return g.metric("gate_decisions_total", `scene="`+metrics.OtherScenes+`"`)
+	}
 
 	send(waves[0])
 	s.awaitDrained(time.Minute)
@@ -163,6 +183,14 @@ func TestRedisCutHangAndRestart(t *testing.T) {
 	})
 	o.readyzDown("window_store")
 	o.holds(held, time.Second)
+	// Read past the proxy: what Redis recorded while its answers were lost.
+	var recorded int64
+	for _, n := range windows.count(recipients(fresh), "f.hold") {
+		recorded += n
+	}
+	if recorded == 0 {
+		t.Error("Redis recorded no admission of the fresh recipients during the hang: the scenario did not exercise a retry meeting its own admission")
+	}
 	if err := proxy.Toxics.RemoveToxic(context.Background(), "hang"); err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +227,91 @@ func TestRedisCutHangAndRestart(t *testing.T) {
 	if r.Unchecked == 0 || g.metric("gate_store_errors_total", `store="window"`) == 0 {
 		t.Error("the outages left no trace in the unchecked-forward or store-error metrics")
 	}
+	// Every admission Redis holds for the retry scene ended in a forward:
+	// a retry that met its own admission (recorded during the cut or the
+	// hang, its answer lost) took it for its own, not for another's, and
+	// counted it once. (The ledger check holds every recipient's retry
+	// scene to its exact count.)
+	checked := map[string]int64{}
+	for _, o := range s.bus.readHeaders(natsbus.StreamOut) {
+		if o.Header.Get(natsbus.HeaderUnchecked) == "" {
+			checked[o.Header.Get(jetstream.MsgIDHeader)]++
+		}
+	}
+	forwards := map[string]int64{}
+	for _, m := range msgs {
+		if m.Scene == "f.hold" {
+			forwards[m.To] += checked[m.ID]
+		}
+	}
+	for to, n := range windows.count(recipients(msgs), "f.hold") {
+		if n != forwards[to] {
+			t.Errorf("%s: Redis holds %d admissions of f.hold, %d were forwarded: an admission recorded during an outage was not found by its retry", to, n, forwards[to])
+		}
+	}
+	t.Logf("admissions of the %d fresh recipients that Redis recorded while its answers were lost: %d", len(fresh)/3, recorded)
 	report(t, "redis cut, hang, kill -9", r, tm)
+}
+
+// keyNames names the gate's keys in Redis (the default prefix); its client
+// is never used.
+func keyNames(t testing.TB) *redisstore.Store {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	st, err := redisstore.New(c, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// windowReader reads the gate's windows straight from a redis-server.
+type windowReader struct {
+	t    testing.TB
+	c    *redis.Client
+	keys *redisstore.Store
+}
+
+func newWindowReader(t testing.TB, addr string) *windowReader {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return &windowReader{t: t, c: c, keys: keyNames(t)}
+}
+
+// count returns how many admissions each recipient (a message's To) has in
+// scene's window.
+func (w *windowReader) count(tos []string, scene string) map[string]int64 {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pipe := w.c.Pipeline()
+	cmds := make([]*redis.IntCmd, len(tos))
+	for i, to := range tos {
+		cmds[i] = pipe.ZCard(ctx, w.keys.SceneKey(message{To: to}.recipient(), scene))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		w.t.Fatalf("ZCARD of %d windows: %v", len(tos), err)
+	}
+	out := make(map[string]int64, len(tos))
+	for i, to := range tos {
+		out[to] = cmds[i].Val()
+	}
+	return out
+}
+
+// recipients lists the distinct recipients (To) of msgs.
+func recipients(msgs []message) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range msgs {
+		if !seen[m.To] {
+			seen[m.To] = true
+			out = append(out, m.To)
+		}
+	}
+	return out
 }
 
 // infoField reads one field of a section of redis-server's INFO, or "".
