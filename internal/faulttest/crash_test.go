@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/httpapi"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // received is how many messages the gates have decided so far (the
@@ -41,27 +42,111 @@ func killPoints(rng *rand.Rand, n, total int) []int64 {
 // publishInBackground publishes msgs while the scenario goes on; wait
 // returns the publisher's error.
 func (s *stack) publishInBackground(msgs []message) (wait func() error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	done := make(chan error, 1)
-	go func() { done <- s.bus.publish(ctx, msgs, nil) }()
-	s.t.Cleanup(cancel)
-	return func() error { defer cancel(); return <-done }
+	_, wait = s.publishAsync(msgs)
+	return wait
 }
 
-// killAndRestart kills g with SIGKILL once kill says so, waits a moment,
-// starts it again, and records how long it took to be ready and to decide
-// again.
-func (s *stack) killAndRestart(g *gateProc, at int64, watch *gateProc, rng *rand.Rand, tm *timing, label string) {
+// publishAsync is publishInBackground that also says when the publisher is
+// done: done is closed then.
+func (s *stack) publishAsync(msgs []message) (done <-chan struct{}, wait func() error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	finished := make(chan struct{})
+	var err error
+	go func() {
+		defer close(finished)
+		err = s.bus.publish(ctx, msgs, nil)
+	}()
+	s.t.Cleanup(cancel)
+	return finished, func() error { defer cancel(); <-finished; return err }
+}
+
+// killAndRestart kills g with SIGKILL once watch has seen at messages
+// decided, waits a moment, starts it again, and records how long g took to
+// be ready and to decide again. It returns a wait for the messages held at
+// the kill to be decided (by the other gates, or by g once restarted),
+// which records how long that took: the scenario goes on meanwhile, so the
+// next kill can come before.
+func (s *stack) killAndRestart(g *gateProc, at int64, watch *gateProc, published <-chan struct{}, rng *rand.Rand, tm *timing, label string) (recovery func()) {
 	s.t.Helper()
 	waitUntil(s.t, 3*time.Minute, fmt.Sprintf("%d messages decided before %s", at, label), func() bool { return watch.received() >= at })
 	g.kill()
+	recovered := s.watchRecovery(label)
 	time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
 	t0 := time.Now()
 	g.start()
 	ready := time.Since(t0)
-	base := g.received()
-	waitUntil(s.t, time.Minute, "deciding again after "+label, func() bool { return g.received() > base })
+	// Deciding again: g itself decides (its counters start at zero), unless
+	// the other gates left it nothing to decide. (The summary's counter is
+	// shared by every gate and stops once all is decided: waiting for it to
+	// move failed when the others finished while g restarted.)
+	waitUntil(s.t, time.Minute, "deciding again after "+label, func() bool {
+		return g.metric("gate_decisions_total") > 0 || closed(published) && s.drained()
+	})
 	tm.add(fmt.Sprintf("%s at %d decided: ready in %s, deciding again in", label, at, ready.Round(10*time.Millisecond)), time.Since(t0))
+	return func() {
+		s.t.Helper()
+		d, held := recovered()
+		s.t.Logf("recovery after kill: %s (%s; %d messages unacknowledged at the kill)", d.Round(100*time.Millisecond), label, held)
+		tm.add(fmt.Sprintf("%s: the %d messages unacknowledged at the kill decided in", label, held), d)
+	}
+}
+
+// watchRecovery starts, right after a kill, to wait for every message
+// delivered by then to be settled: the consumer's ack floor reaching the
+// last sequence it had delivered. Those include the killed gate's, which
+// only a redelivery after GATE_ACK_WAIT can settle. recovered returns the
+// time from the kill to then, and how many messages were unacknowledged at
+// the kill (held by every gate).
+func (s *stack) watchRecovery(label string) (recovered func() (time.Duration, int)) {
+	killed := time.Now()
+	info := s.consumerInfo()
+	last, held := info.Delivered.Stream, info.NumAckPending
+	done := make(chan time.Duration, 1)
+	go func() {
+		defer close(done)
+		for time.Since(killed) < 3*time.Minute {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			info, err := s.bus.consumer(ctx)
+			cancel()
+			if err == nil && info.AckFloor.Stream >= last {
+				done <- time.Since(killed)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return func() (time.Duration, int) {
+		s.t.Helper()
+		d, ok := <-done
+		if !ok {
+			s.t.Fatalf("%s: the %d messages unacknowledged at the kill (up to seq %d) were not all decided within 3m", label, held, last)
+		}
+		return d, held
+	}
+}
+
+// consumerInfo reads the gate consumer's state, asking again while NATS
+// is slow to answer.
+func (s *stack) consumerInfo() *jetstream.ConsumerInfo {
+	s.t.Helper()
+	var info *jetstream.ConsumerInfo
+	waitUntil(s.t, time.Minute, "the gate consumer's state", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		var err error
+		info, err = s.bus.consumer(ctx)
+		return err == nil
+	})
+	return info
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // killsMidStream publishes msgs in the background and, at each kill point,
@@ -69,15 +154,19 @@ func (s *stack) killAndRestart(g *gateProc, at int64, watch *gateProc, rng *rand
 // recoveries and, after the last, the time to an empty GATE_IN.
 func (s *stack) killsMidStream(gates []*gateProc, msgs []message, rng *rand.Rand, kills int) timing {
 	s.t.Helper()
-	wait := s.publishInBackground(msgs)
+	published, wait := s.publishAsync(msgs)
 	var tm timing
+	var recoveries []func()
 	for k, at := range killPoints(rng, kills, len(msgs)) {
 		i := rng.IntN(len(gates))
 		watch := gates[(i+1)%len(gates)]
-		s.killAndRestart(gates[i], at, watch, rng, &tm, fmt.Sprintf("kill %d (%s)", k+1, gates[i].name))
+		recoveries = append(recoveries, s.killAndRestart(gates[i], at, watch, published, rng, &tm, fmt.Sprintf("kill %d (%s)", k+1, gates[i].name)))
 	}
 	if err := wait(); err != nil {
 		s.t.Fatal(err)
+	}
+	for _, r := range recoveries {
+		r()
 	}
 	tm.add("drained after the last restart in", s.awaitDrained(3*time.Minute))
 	return tm

@@ -54,9 +54,9 @@ func newStack(t testing.TB, o stackOptions) *stack {
 		"GATE_DATABASE_URL": o.DatabaseURL,
 		"GATE_RULES":        s.rules,
 		"GATE_LOG_LEVEL":    "info",
-		// A killed gate's messages come back after AckWait: keep it short
-		// so recovery is quick, and retries short so outages end quickly.
-		"GATE_ACK_WAIT":         "3s",
+		// A killed gate's messages come back after the default
+		// GATE_ACK_WAIT (5s), the recovery the scenarios measure; retries
+		// are short so outages end quickly.
 		"GATE_RETRY_MAX":        "1s",
 		"GATE_SHUTDOWN_TIMEOUT": "5s",
 	}
@@ -188,12 +188,15 @@ func (g *gateProc) alive() bool {
 // consumer, and returns how long that took.
 func (s *stack) awaitDrained(d time.Duration) time.Duration {
 	s.t.Helper()
-	return waitUntil(s.t, d, "GATE_IN drained", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		n, err := s.bus.inFlight(ctx)
-		return err == nil && n == 0
-	})
+	return waitUntil(s.t, d, "GATE_IN drained", s.drained)
+}
+
+// drained reports whether GATE_IN is empty.
+func (s *stack) drained() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, err := s.bus.inFlight(ctx)
+	return err == nil && n == 0
 }
 
 // timing collects the durations a scenario reports.
