@@ -1,7 +1,6 @@
 package faulttest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -207,25 +206,36 @@ func (p *proc) logLines(s string) []string {
 }
 
 // rssKiB reads the process's resident set now and at its peak, from /proc.
+// It fails the test when it cannot: a zero would pass any memory check.
 func (p *proc) rssKiB() (now, peak int) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.pid()))
-	if err != nil {
-		return 0, 0
+	p.t.Helper()
+	pid := p.pid()
+	if pid == 0 {
+		p.t.Fatalf("%s: resident set asked of a process not running", p.name)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		p.t.Fatalf("%s: resident set: %v", p.name, err)
+	}
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(line, ":")
 		if !ok {
 			continue
 		}
-		n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-		switch k {
-		case "VmRSS":
+		n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		switch {
+		case k != "VmRSS" && k != "VmHWM":
+			continue
+		case err != nil || n <= 0:
+			p.t.Fatalf("%s: /proc/%d/status has %s %q", p.name, pid, k, strings.TrimSpace(v))
+		case k == "VmRSS":
 			now = n
-		case "VmHWM":
+		default:
 			peak = n
 		}
+	}
+	if now == 0 || peak == 0 {
+		p.t.Fatalf("%s: /proc/%d/status has no VmRSS or VmHWM", p.name, pid)
 	}
 	return now, peak
 }
