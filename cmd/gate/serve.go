@@ -349,6 +349,12 @@ func openWindowStore(c *config, closers *closeStack) (gate.WindowStore, string, 
 			return nil, "", fmt.Errorf("GATE_REDIS_URL: %w", err)
 		}
 		o.ContextTimeoutEnabled = true // GATE_STORE_TIMEOUT bounds every call
+		// A master lost without a failover fails dials, not MOVED, and go-redis
+		// reloads its slot map on MOVED or every ClusterStateReloadInterval
+		// (60s by default): until then it dials the dead node although its
+		// replica serves the slots. A reload is one CLUSTER SLOTS; each second
+		// is cheap and keeps the stall to the promotion itself.
+		o.ClusterStateReloadInterval = time.Second
 		client = redis.NewClusterClient(o)
 	} else {
 		o, err := redis.ParseURL(c.RedisURL)
