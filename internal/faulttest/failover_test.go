@@ -19,8 +19,14 @@ import (
 // over to its replica, one after the other (CLUSTER FAILOVER: what an
 // operator does to patch or move a node). Each failover moves a third of
 // the slots to another node under the gates' feet; their client follows
-// the MOVED replies. Nothing may be lost or doubled, no recipient may get
-// over a limit, and the gates must decide again within seconds.
+// the MOVED replies. Asserted: every failover completes (the three former
+// replicas are the masters after, and the whole cluster agrees); no message
+// is retried for anything but a batch that outlasted GATE_STORE_TIMEOUT (a
+// manual failover loses nothing and refuses nothing, so a loaded machine's
+// slowness is the only excuse); and the ledger balances with exact counts:
+// nothing lost or doubled, every recipient admitted exactly what its limits
+// allow. How long each failover took is logged, not asserted (the machine
+// is shared).
 func TestRedisClusterFailover(t *testing.T) {
 	c := startRedisCluster(t)
 	s, msgs, _, _ := standardRun(t, 12000, 1200, 0, stackOptions{RedisURL: c.url(), Env: map[string]string{"GATE_REDIS_CLUSTER": "true"}})
@@ -28,7 +34,8 @@ func TestRedisClusterFailover(t *testing.T) {
 	t0 := time.Now()
 	wait := s.publishInBackground(msgs)
 	var tm timing
-	for _, replica := range c.replicas(t) {
+	replicas := c.replicas(t)
+	for _, replica := range replicas {
 		time.Sleep(300 * time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		pending, _ := s.bus.inFlight(ctx)
@@ -40,24 +47,121 @@ func TestRedisClusterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.awaitAgreed(t, "after the failovers")
+	if got := c.masters(t); !slices.Equal(got, replicas) {
+		t.Errorf("masters after the failovers: %v, want the former replicas %v", got, replicas)
+	}
 	s.awaitDrained(2 * time.Minute)
 	tm.add("published and drained in", time.Since(t0))
-	var storeErrors float64
 	for _, g := range gates {
-		if g.logContains("CROSSSLOT") {
-			t.Errorf("%s met CROSSSLOT:\n%s", g.name, tail(g.log, 20))
-		}
-		storeErrors += g.metric("gate_store_errors_total", `store="window"`)
+		g.clusterRetriesOnlyTimeouts()
 	}
-	t.Logf("window store errors during the failovers, both gates: %v batches retried", storeErrors)
 	r := s.check(msgs, standardModel, gates[0])
+	if r.Unchecked != 0 {
+		t.Errorf("%d messages forwarded unchecked: no scene of the model fails open", r.Unchecked)
+	}
 	report(t, "redis cluster failover, two gates", r, tm)
+}
+
+// TestRedisClusterMasterKilled runs two gates on a Redis Cluster of three
+// masters with a replica each and, while they decide, kills one master with
+// SIGKILL: no manual failover. Its slots go unanswered until the cluster
+// promotes its replica (cluster-node-timeout, 2 s here, then an election);
+// meanwhile every batch holding a recipient of those slots fails, and its
+// messages wait and are retried, as when Redis is down. Asserted: the
+// cluster promotes the replica; the gates stay up, ready, and decide every
+// message soon after the promotion (within a generous 30 s: the client must
+// learn the new slot map, not wait for its periodic reload, a minute in
+// go-redis by default); the batches did meet the loss (window store
+// errors); the ledger balances: nothing lost, nothing doubled. Admissions the master had not yet
+// replicated are lost with it (README), so a recipient of its slots may get
+// one message over a limit; every other recipient's counts stay exact. The
+// killed node is then started again and rejoins as a replica.
+func TestRedisClusterMasterKilled(t *testing.T) {
+	c := startRedisCluster(t)
+	s, msgs, _, _ := standardRun(t, 12000, 1200, 0, stackOptions{RedisURL: c.url(), Env: map[string]string{"GATE_REDIS_CLUSTER": "true"}})
+	gates := []*gateProc{s.startGate(nil), s.startGate(nil)}
+	replica := c.replicas(t)[0]
+	master := c.masterOf(t, replica)
+	lost := c.recipientsServedBy(t, master, recipients(msgs))
+	sum := func(name string, labels ...string) (n float64) {
+		for _, g := range gates {
+			n += g.metric(name, labels...)
+		}
+		return n
+	}
+	var tm timing
+	t0 := time.Now()
+	wait := s.publishInBackground(msgs)
+	// Kill it mid-stream: most messages are still to be decided.
+	waitUntil(t, 2*time.Minute, "a quarter of the messages decided", func() bool {
+		return sum("gate_decisions_total") >= float64(len(msgs)/4)
+	})
+	errsBefore, decidedBefore := sum("gate_store_errors_total", `store="window"`), sum("gate_decisions_total")
+	c.proc(master).kill()
+	tKill := time.Now()
+	tm.add("kill -9 of master "+master+": replica promoted by the cluster in",
+		waitUntil(t, 2*time.Minute, replica+" promoted by the cluster", func() bool { return c.promoted(replica) }))
+	decidedMeanwhile := sum("gate_decisions_total") - decidedBefore
+	tPromoted := time.Now()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	// The gates follow the promotion: once it is done, what is left takes
+	// retry delays to decide, not a minute of dialling the dead node until
+	// the client's periodic reload of the slot map.
+	waitUntil(t, 30*time.Second, "every message decided within 30s of the promotion and the last publish", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		n, err := s.bus.inFlight(ctx)
+		return err == nil && n == 0
+	})
+	tm.add("every message decided after the kill in", time.Since(tKill))
+	tm.add("after the promotion in", time.Since(tPromoted))
+	tm.add("published and drained in", time.Since(t0))
+	for _, g := range gates {
+		if !g.alive() {
+			t.Fatalf("%s did not survive the loss of a master:\n%s", g.name, tail(g.log, 40))
+		}
+		g.waitReady(time.Minute)
+		t.Logf("%s: messages retried, by cause: %v", g.name, retryCauses(g))
+	}
+	if sum("gate_store_errors_total", `store="window"`) == errsBefore {
+		t.Error("no window store error after the kill: no batch met the lost slots, the scenario did not test their loss")
+	}
+	r := s.checkWith(msgs, standardModel, gates[0], ledgerOptions{overLimit: func(to string) int {
+		if lost[to] {
+			return 1
+		}
+		return 0
+	}})
+	t.Logf("%d of %d recipients were served by the killed master; %d got a message over a limit; %v messages decided between the kill and the promotion",
+		len(lost), len(recipients(msgs)), r.OverLimit, decidedMeanwhile)
+
+	// The killed node comes back as a replica of the one that replaced it.
+	c.proc(master).start()
+	c.awaitAgreed(t, "after the killed master rejoined")
+	if got := c.masterOf(t, master); got != replica {
+		t.Errorf("the restarted node replicates %s, want %s, promoted in its place", got, replica)
+	}
+	report(t, "redis cluster master killed, two gates", r, tm)
+}
+
+// retryCauses counts the messages a gate handed back for a retry, by the
+// error it logged, ids and addresses left in.
+func retryCauses(g *gateProc) map[string]int {
+	out := map[string]int{}
+	for _, line := range g.logLines(`msg="message not decided, will retry"`) {
+		_, cause, _ := strings.Cut(line, " err=")
+		out[cause]++
+	}
+	return out
 }
 
 // redisCluster is a throwaway Redis Cluster of three masters and three
 // replicas on free loopback ports, gone with the test.
 type redisCluster struct {
 	addrs []string
+	procs []*proc // the redis-server of each address
 }
 
 func startRedisCluster(t *testing.T) *redisCluster {
@@ -76,6 +180,7 @@ func startRedisCluster(t *testing.T) *redisCluster {
 		}, baseEnv())
 		p.start()
 		c.addrs = append(c.addrs, addr)
+		c.procs = append(c.procs, p)
 	}
 	for _, a := range c.addrs {
 		waitUntil(t, 20*time.Second, "cluster node answers PING on "+a, func() bool {
@@ -124,15 +229,87 @@ func (c *redisCluster) clusterInfo(addr string) string {
 }
 
 // replicas lists the nodes that are replicas now.
-func (c *redisCluster) replicas(t *testing.T) []string {
+func (c *redisCluster) replicas(t *testing.T) []string { return c.withRole(t, "slave") }
+
+// masters lists the nodes that are masters now.
+func (c *redisCluster) masters(t *testing.T) []string { return c.withRole(t, "master") }
+
+// withRole lists the three nodes whose INFO says role, in address order.
+func (c *redisCluster) withRole(t *testing.T, role string) []string {
+	t.Helper()
 	var out []string
 	for _, a := range c.addrs {
-		if strings.Contains(c.info(a, "replication"), "role:slave") {
+		if strings.Contains(c.info(a, "replication"), "role:"+role) {
 			out = append(out, a)
 		}
 	}
 	if len(out) != 3 {
-		t.Fatalf("%d replicas, want 3", len(out))
+		t.Fatalf("%d nodes say role:%s, want 3", len(out), role)
+	}
+	return out
+}
+
+// proc is the redis-server process of the node at addr.
+func (c *redisCluster) proc(addr string) *proc { return c.procs[slices.Index(c.addrs, addr)] }
+
+// masterOf is the address of the master that replica replicates.
+func (c *redisCluster) masterOf(t *testing.T, replica string) string {
+	t.Helper()
+	var host, port string
+	for line := range strings.Lines(c.info(replica, "replication")) {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "master_host:"); ok {
+			host = v
+		}
+		if v, ok := strings.CutPrefix(line, "master_port:"); ok {
+			port = v
+		}
+	}
+	if host == "" || port == "" {
+		t.Fatalf("%s names no master in INFO replication", replica)
+	}
+	return host + ":" + port
+}
+
+// promoted reports whether replica is now a master that serves its slots.
+func (c *redisCluster) promoted(replica string) bool {
+	return strings.Contains(c.info(replica, "replication"), "role:master") &&
+		strings.Contains(c.clusterInfo(replica), "cluster_state:ok")
+}
+
+// recipientsServedBy returns the recipients (a message's To) whose windows
+// live in the slots master serves: the gate keys every window of a
+// recipient by one hash tag, so its slot is that of any of them.
+func (c *redisCluster) recipientsServedBy(t *testing.T, master string, tos []string) map[string]bool {
+	t.Helper()
+	n := c.node(master)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ranges, err := n.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER SLOTS: %v", err)
+	}
+	keys := keyNames(t)
+	pipe := n.Pipeline()
+	slots := make([]*redis.IntCmd, len(tos))
+	for i, to := range tos {
+		slots[i] = pipe.ClusterKeySlot(ctx, keys.CapKey(message{To: to}.recipient()))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatalf("CLUSTER KEYSLOT: %v", err)
+	}
+	out := map[string]bool{}
+	for i, to := range tos {
+		slot := slots[i].Val()
+		for _, r := range ranges {
+			if len(r.Nodes) > 0 && r.Nodes[0].Addr == master && int64(r.Start) <= slot && slot <= int64(r.End) {
+				out[to] = true
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no recipient of the run lives on %s: %v", master, ranges)
 	}
 	return out
 }
@@ -231,10 +408,7 @@ func (c *redisCluster) failover(t *testing.T, replica string) time.Duration {
 	n := c.node(replica)
 	defer n.Close()
 	start := time.Now()
-	promoted := func() bool {
-		return strings.Contains(c.info(replica, "replication"), "role:master") &&
-			strings.Contains(c.clusterInfo(replica), "cluster_state:ok")
-	}
+	promoted := func() bool { return c.promoted(replica) }
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := n.ClusterFailover(ctx).Err()
