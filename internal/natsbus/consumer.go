@@ -317,7 +317,7 @@ type heartbeat struct {
 
 // heartbeat starts the heartbeat of msgs, until the deadline.
 func (b *Bus) heartbeat(msgs []jetstream.Msg, until time.Time) *heartbeat {
-	h := &heartbeat{msgs: msgs, until: until, every: b.opts.AckWait / 3}
+	h := &heartbeat{msgs: msgs, until: until, every: max(b.opts.AckWait/3, time.Millisecond)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.t = time.AfterFunc(h.every, func() {
