@@ -153,15 +153,20 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 		p.storeDown(items, err)
 	}
 	done, turn, forwarded := p.track(keys)
-	return func() []error {
-		defer p.untrack(keys, done)
-		p.commit(ctx, rules, items)
+	awaitTurn := func() {
 		select {
 		case <-turn:
 		case <-ctx.Done(): // the forwards fail on ctx at once
 		}
+	}
+	return func() []error {
+		defer p.untrack(keys, done)
+		// Should commit or forward panic, the next batch still gets its
+		// turn once this one's has come, not only at its own deadline.
+		defer func() { awaitTurn(); close(forwarded) }()
+		p.commit(ctx, rules, items)
+		awaitTurn()
 		p.forward(ctx, rules, items)
-		close(forwarded)
 		return p.verdicts(rules, items)
 	}
 }

@@ -391,3 +391,38 @@ func TestCallsAreTimed(t *testing.T) {
 		}
 	}
 }
+
+// A batch whose commit panics still hands the turn to forward on to the
+// batch started after it: that one forwards at once, not at its deadline.
+func TestPanickedBatchPassesItsTurnOn(t *testing.T) {
+	p, l, out := newPipeline(t)
+	l.fail = func(recs []gate.Record) error {
+		if recs[0].Key == "a1" {
+			panic("a library failed on a1")
+		}
+		return nil
+	}
+	// b's deadline is far off: were the turn not passed on, it would wait
+	// for it.
+	finishA := p.Start(t.Context(), deliveries("a1"))
+	finishB := p.Start(t.Context(), deliveries("b1"))
+	func() {
+		defer func() {
+			if r := recover(); r == nil {
+				t.Fatal("the commit of a1 did not panic")
+			}
+		}()
+		finishA()
+	}()
+	done := make(chan []error, 1)
+	go func() { done <- finishB() }()
+	select {
+	case errs := <-done:
+		noErrors(t, errs)
+	case <-time.After(time.Minute):
+		t.Fatal("the batch after a panicked one did not finish: it never got its turn to forward")
+	}
+	if got, want := out.forwarded(), []string{"b1"}; !slices.Equal(got, want) {
+		t.Fatalf("forwarded %v, want %v", got, want)
+	}
+}
