@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -60,7 +59,9 @@ func newLogger(c *config, w io.Writer, scrub *scrubber) *slog.Logger {
 func countParked(audit gate.AuditLog, maxBytes int) func(ctx context.Context, d gate.Delivery) error {
 	return func(ctx context.Context, d gate.Delivery) error {
 		msg, _ := gate.ParseDelivery(d, maxBytes)
-		key := "parked:" + strconv.FormatUint(d.Seq, 10) + ":" + cmp.Or(msg.ID, d.HeaderID)
+		// Only a checked id goes into the key: a header id is any bytes,
+		// and an audit store refusing the key would retry the park for ever.
+		key := "parked:" + strconv.FormatUint(d.Seq, 10) + ":" + msg.ID
 		_, err := audit.Commit(ctx, []gate.Record{{Key: key, Scene: msg.Scene, Outcome: gate.OutcomeParked, At: time.Now()}})
 		return err
 	}
