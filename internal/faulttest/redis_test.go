@@ -104,8 +104,10 @@ func TestRedisCutHangAndRestart(t *testing.T) {
 	rng := sc.rng()
 	rs := startRedis(t)
 	proxy := startToxiproxy(t, rs.addr)
-	// The default AckWait (30s): were a decision to wait on a dead or hung
-	// Redis instead of GATE_STORE_TIMEOUT, nothing would be naked for 15s.
+	// An AckWait of 30s: were a decision to wait on a dead or hung Redis
+	// instead of GATE_STORE_TIMEOUT, nothing would be naked before a batch's
+	// deadline (3 × AckWait, 90s), and nothing redelivered meanwhile, since
+	// heartbeats keep a slow batch's messages.
 	s := newStack(t, stackOptions{RedisURL: "redis://" + proxy.Listen + "/0", Rules: redisModel,
 		Env: map[string]string{"GATE_ACK_WAIT": "30s"}})
 	g := s.startGate(nil)
@@ -177,7 +179,7 @@ func TestRedisCutHangAndRestart(t *testing.T) {
 	send(waves[2])
 	held = uint64(count(waves[2], "f.hold"))
 	// Settling, not waiting: every held message is naked (at least once)
-	// and every fail-open one forwarded long before AckWait/2 (15s).
+	// and every fail-open one forwarded long before a batch's deadline.
 	settled := waitUntil(t, 12*time.Second, "the gate settles messages while Redis hangs", func() bool {
 		return retries()-retriesBefore >= float64(held) && unchecked()-openBefore >= float64(count(waves[2], "f.open"))
 	})
