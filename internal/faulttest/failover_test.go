@@ -3,6 +3,7 @@ package faulttest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -286,9 +287,9 @@ func (c *redisCluster) recipientsServedBy(t *testing.T, master string, tos []str
 	defer n.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ranges, err := n.ClusterSlots(ctx).Result()
+	shards, err := n.ClusterShards(ctx).Result()
 	if err != nil {
-		t.Fatalf("CLUSTER SLOTS: %v", err)
+		t.Fatalf("CLUSTER SHARDS: %v", err)
 	}
 	keys := keyNames(t)
 	pipe := n.Pipeline()
@@ -302,16 +303,31 @@ func (c *redisCluster) recipientsServedBy(t *testing.T, master string, tos []str
 	out := map[string]bool{}
 	for i, to := range tos {
 		slot := slots[i].Val()
-		for _, r := range ranges {
-			if len(r.Nodes) > 0 && r.Nodes[0].Addr == master && int64(r.Start) <= slot && slot <= int64(r.End) {
-				out[to] = true
+		for _, sh := range shards {
+			if !servesAsMaster(sh, master) {
+				continue
+			}
+			for _, r := range sh.Slots {
+				if r.Start <= slot && slot <= r.End {
+					out[to] = true
+				}
 			}
 		}
 	}
 	if len(out) == 0 {
-		t.Fatalf("no recipient of the run lives on %s: %v", master, ranges)
+		t.Fatalf("no recipient of the run lives on %s: %v", master, shards)
 	}
 	return out
+}
+
+// servesAsMaster reports whether addr (host:port) is the master of sh.
+func servesAsMaster(sh redis.ClusterShard, addr string) bool {
+	for _, n := range sh.Nodes {
+		if n.Role == "master" && net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // awaitAgreed waits until every node sees the same three masters and
