@@ -166,8 +166,11 @@ func TestDeadGatesMessagesGoToAnother(t *testing.T) {
 	waitFor(t, "the dying gate to hold its batch past AckWait", func() bool {
 		return time.Since(batch[0].ReceivedAt) > 2*shortAckWait
 	})
-	if info := consumerInfo(t, js); info.NumRedelivered != 0 {
-		t.Fatalf("%d messages redelivered while their gate lived, want 0", info.NumRedelivered)
+	// Only the batch in hand is heartbeated: messages the first pull
+	// brought beyond it wait in the client's buffer, unheartbeated, and may
+	// be redelivered (to the same gate) meanwhile; none of the batch's may.
+	if info, most := consumerInfo(t, js), n-len(batch); info.NumRedelivered > most {
+		t.Fatalf("%d messages redelivered while their gate lived, want at most the %d outside its batch of %d", info.NumRedelivered, most, len(batch))
 	}
 	// ...until it dies.
 	dying.nc.Close()
