@@ -57,3 +57,21 @@ func runeKind(r rune) string {
 	}
 	return "a control character"
 }
+
+// OneLine makes text that quotes what the gate does not control (a store's
+// or a library's words, a message's bytes) fit one header line or log
+// value: bytes that are not UTF-8 become U+FFFD, control characters (line
+// breaks among them) a space, and text over max bytes is cut at a rune
+// boundary and ends in "…".
+func OneLine(s string, max int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+	if len(s) > max {
+		s = strings.ToValidUTF8(s[:max], "") + "…"
+	}
+	return s
+}

@@ -58,6 +58,9 @@ func (b *Bus) Forward(ctx context.Context, fs []gate.Forward) []error {
 	return errs
 }
 
+// MaxReasonBytes bounds the reason a dead letter's Gate-Error carries.
+const MaxReasonBytes = 4096
+
 // DeadLetter parks a message that can never be decided on the dead-letter
 // subject, with the reason in the Gate-Error header, and waits for the
 // stream to store it. It is idempotent per message: per its Nats-Msg-Id
@@ -68,6 +71,10 @@ func (b *Bus) Forward(ctx context.Context, fs []gate.Forward) []error {
 // A message that reached GATE_IN within NATS's max payload may no longer
 // fit once the gate's headers are added; it is parked cut to fit, with
 // Gate-Truncated saying its original size, rather than retried forever.
+//
+// Whatever reason says, Gate-Error holds it as one header line of valid
+// UTF-8 (gate.OneLine), at most MaxReasonBytes: a reason may quote a store,
+// a library or the message itself.
 func (b *Bus) DeadLetter(ctx context.Context, data []byte, hdr nats.Header, streamSeq uint64, reason string) error {
 	msg := nats.NewMsg(b.opts.DeadSubject)
 	msg.Data = data
@@ -79,7 +86,7 @@ func (b *Bus) DeadLetter(ctx context.Context, data []byte, hdr nats.Header, stre
 			msg.Header.Add(k, v)
 		}
 	}
-	msg.Header.Set(HeaderError, reason)
+	msg.Header.Set(HeaderError, gate.OneLine(reason, MaxReasonBytes))
 	msg.Header.Set(HeaderStreamSeq, fmt.Sprint(streamSeq))
 	parkID := fmt.Sprintf("%s:%d", StreamIn, streamSeq)
 	if id := hdr.Get(jetstream.MsgIDHeader); id != "" {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
-	"unicode"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -245,14 +243,5 @@ const maxReasonBytes = 400
 // with why. The reason becomes the dead letter's Gate-Error header: one line
 // of valid UTF-8, as a header needs, however the store phrased it.
 func refusedBy(store string, why error) *gate.InvalidError {
-	msg := strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(why.Error(), "\uFFFD"))
-	if len(msg) > maxReasonBytes {
-		msg = strings.ToValidUTF8(msg[:maxReasonBytes], "") + "…"
-	}
-	return &gate.InvalidError{Reason: "the " + store + " store refused it: " + msg}
+	return &gate.InvalidError{Reason: "the " + store + " store refused it: " + gate.OneLine(why.Error(), maxReasonBytes)}
 }
