@@ -18,6 +18,11 @@ const (
 	// OutcomeParked is a message that exhausted its deliveries (the gate
 	// consumer's MaxDeliver) undecided and was parked on the dead letter.
 	OutcomeParked Outcome = "parked"
+	// OutcomeDefer is a message held to be forwarded later (on_exceed:
+	// defer, or quiet hours with action defer); OutcomeDigest one collected
+	// for a digest. Both are held in the HoldStore until settled.
+	OutcomeDefer  Outcome = "defer"
+	OutcomeDigest Outcome = "digest"
 )
 
 // Suppression is one audit row: a message held back, or, in shadow mode,
@@ -33,11 +38,20 @@ type Suppression struct {
 	LimitMax      int       `json:"limit_max"`
 	CountSeen     int       `json:"count_seen"`
 	Shadow        bool      `json:"shadow"`
-	Reason        string    `json:"reason"` // "limit" | "unknown_scene"
+	Reason        string    `json:"reason"` // "limit" | "unknown_scene" | "quiet_hours" | "queued"
 	RulesVersion  string    `json:"rules_version"`
 	DecidedAt     time.Time `json:"decided_at"`
 	NextAllowedAt time.Time `json:"next_allowed_at,omitzero"`
 	Payload       string    `json:"payload,omitempty"`
+	// HeldAs is set on the row of a held message: "defer" or "digest".
+	HeldAs HoldKind `json:"held_as,omitempty"`
+	// Settled says what became of a held message, once it is settled:
+	// "released", "fell_back" (then Fallback says how), or "digested" (then
+	// DigestID names the digest that carried it).
+	Settled   SettleKind `json:"settled,omitempty"`
+	SettledAt time.Time  `json:"settled_at,omitzero"`
+	Fallback  Action     `json:"fallback,omitempty"`
+	DigestID  string     `json:"digest_id,omitempty"`
 }
 
 // Record is the durable trace of one decided (or invalid) message.
@@ -55,9 +69,11 @@ type Record struct {
 	// the scene fails open).
 	Unchecked bool
 	At        time.Time
-	// Suppression is the audit row to write, for suppress outcomes and
-	// shadow suppressions.
+	// Suppression is the audit row to write, for suppress, defer and digest
+	// outcomes and shadow suppressions.
 	Suppression *Suppression
+	// Hold is the message to hold, for defer and digest outcomes.
+	Hold *Held
 }
 
 // RecordOf is the record of decision d on message m, under the rules of
@@ -155,16 +171,26 @@ type SceneSummary struct {
 	// undecided (say, a retry scene while the window store stayed down) and
 	// were parked on the dead letter.
 	Parked int64 `json:"parked"`
+	// Deferred and Digested count messages held when decided: to be forwarded
+	// later, or collected for a digest. Received is the sum of forwarded,
+	// suppressed, dropped, invalid, parked, deferred and digested.
+	Deferred int64 `json:"deferred"`
+	Digested int64 `json:"digested"`
+	// Released and FellBack count deferred messages settled later, in the
+	// hour they were: forwarded, or past max_defer given defer_fallback.
+	Released int64 `json:"released"`
+	FellBack int64 `json:"fell_back"`
 }
 
 // NumCounters is how many counters a SceneSummary holds.
-const NumCounters = 9
+const NumCounters = 13
 
 // Counters are s's counters in the order of its fields, which is also the
 // order of the audit store's counter columns.
 func (s *SceneSummary) Counters() [NumCounters]*int64 {
 	return [NumCounters]*int64{&s.Received, &s.Forwarded, &s.Suppressed, &s.Dropped, &s.Invalid,
-		&s.ShadowSuppressed, &s.ShadowDropped, &s.ForwardedUnchecked, &s.Parked}
+		&s.ShadowSuppressed, &s.ShadowDropped, &s.ForwardedUnchecked, &s.Parked,
+		&s.Deferred, &s.Digested, &s.Released, &s.FellBack}
 }
 
 // Reports answers report queries. Bad filters or cursors wrap ErrBadRequest.

@@ -12,9 +12,9 @@ func TestResolve(t *testing.T) {
 	rs := &RuleSet{
 		UnknownScene: ActionDrop,
 		Scenes: map[string]SceneRule{
-			"sup":    {Limits: []Limit{{time.Hour, 1}}, OnExceed: ActionSuppress, BypassPriorities: []Priority{PriorityUrgent}},
-			"drop":   {Limits: []Limit{{time.Hour, 1}}, OnExceed: ActionDrop},
-			"shadow": {Limits: []Limit{{time.Hour, 1}}, OnExceed: ActionSuppress, Shadow: true},
+			"sup":    {Limits: []Limit{{Window: time.Hour, Max: 1}}, OnExceed: ActionSuppress, BypassPriorities: []Priority{PriorityUrgent}},
+			"drop":   {Limits: []Limit{{Window: time.Hour, Max: 1}}, OnExceed: ActionDrop},
+			"shadow": {Limits: []Limit{{Window: time.Hour, Max: 1}}, OnExceed: ActionSuppress, Shadow: true},
 		},
 	}
 	admitted := AdmitResult{Admitted: true, Now: storeNow}
@@ -55,7 +55,7 @@ func TestResolve(t *testing.T) {
 }
 
 func TestPlanCarriesCaps(t *testing.T) {
-	rs := &RuleSet{RecipientCaps: []Limit{{24 * time.Hour, 20}}, Scenes: map[string]SceneRule{"s": {Limits: []Limit{{time.Hour, 1}}}}}
+	rs := &RuleSet{RecipientCaps: []Limit{{Window: 24 * time.Hour, Max: 20}}, Scenes: map[string]SceneRule{"s": {Limits: []Limit{{Window: time.Hour, Max: 1}}}}}
 	p := PlanMessage(rs, Message{ID: "m", Scene: "s", ReceiveIDType: "email", ReceiveID: "a@b"})
 	if p.Request == nil || len(p.Request.Caps) != 1 || p.Request.Recipient != "email:a@b" {
 		t.Fatalf("plan = %+v, want a request with the recipient caps", p.Request)

@@ -16,7 +16,13 @@ type Forward struct {
 	Bypass   bool
 	// Unchecked is set when the message was forwarded without a window check.
 	Unchecked bool
-	Data      []byte // the original bytes, untouched
+	// DeferredFrom is set on a held message released later: when it was
+	// first held (the Gate-Deferred-From header).
+	DeferredFrom time.Time
+	// DigestCount is set on a digest: how many held messages it summarises
+	// (Gate-Decision: digest, Gate-Digest-Count).
+	DigestCount int
+	Data        []byte // the original bytes, untouched (a digest's own envelope)
 }
 
 // Forwarder publishes admitted messages downstream.
@@ -40,6 +46,7 @@ type Delivery struct {
 	HeaderScene     string // the Gate-Scene header, if any
 	HeaderRecipient string // the Gate-Recipient header (receive_id_type:receive_id), if any
 	HeaderPriority  string // the Gate-Priority header, if any
+	HeaderTZ        string // the Gate-TZ header, if any
 	Seq             uint64 // the message's sequence in the inbound stream
 	NumDelivered    uint64 // 1 on first delivery
 	ReceivedAt      time.Time

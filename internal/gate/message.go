@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -56,7 +57,12 @@ type Message struct {
 	ReceiveIDType string
 	ReceiveID     string
 	Priority      Priority
-	Raw           []byte
+	// TZ is the message's own IANA time zone (the tz field or the Gate-TZ
+	// header), "" when it names none; Zone is it loaded. It overrides the
+	// scene's zone for calendar limits and quiet hours.
+	TZ   string
+	Zone *time.Location
+	Raw  []byte
 }
 
 // Recipient is the key of a message's recipient: receive_id_type:receive_id.

@@ -18,14 +18,47 @@ const (
 	// ActionRetry is only for on_store_error: hold the message and retry
 	// until the window store answers.
 	ActionRetry Action = "retry"
+	// ActionDefer holds an over-limit message durably and forwards it when
+	// every limit that held it reopens (or at the end of quiet hours).
+	ActionDefer Action = "defer"
+	// ActionDigest collects over-limit messages of a recipient and forwards
+	// one summary of them when the window reopens.
+	ActionDigest Action = "digest"
 )
+
+// Calendar names a calendar period a limit counts in, in the time zone of
+// the scene or the message.
+type Calendar string
+
+// The calendar periods of a limit.
+const (
+	CalendarDay  Calendar = "day"  // from local midnight to the next
+	CalendarWeek Calendar = "week" // ISO week, from Monday 00:00
+)
+
+// Default and greatest max_defer.
+const (
+	DefaultMaxDefer = 24 * time.Hour
+	MaxMaxDefer     = 7 * 24 * time.Hour
+)
+
+// QuietHours is a daily span, in the scene's (or message's) time zone,
+// during which messages get Action instead of being forwarded. From and To
+// are offsets from local midnight; To before From spans midnight.
+type QuietHours struct {
+	From   time.Duration `json:"-"`
+	To     time.Duration `json:"-"`
+	Action Action        `json:"action"` // defer | suppress | drop
+}
 
 // Limit admits at most Max messages in any window of length Window: a
 // message decided at t passes if fewer than Max admitted messages fall in
-// (t-Window, t].
+// (t-Window, t]. A calendar limit (Calendar set, Window zero) admits at most
+// Max in the calendar period holding t instead.
 type Limit struct {
-	Window time.Duration `json:"window"`
-	Max    int           `json:"max"`
+	Window   time.Duration `json:"window"`
+	Calendar Calendar      `json:"calendar,omitempty"`
+	Max      int           `json:"max"`
 }
 
 // SceneRule is the rule of one scene.
@@ -38,6 +71,29 @@ type SceneRule struct {
 	// ActionRetry (hold and retry; the default) or ActionForward (fail open:
 	// forward unchecked, and say so in the counters, metrics and headers).
 	OnStoreError Action `json:"on_store_error,omitempty"`
+
+	// MaxDefer is the longest a deferred message is held (on_exceed: defer,
+	// or quiet hours with action defer); past it, it gets DeferFallback
+	// (suppress, drop or digest).
+	MaxDefer      time.Duration `json:"-"`
+	DeferFallback Action        `json:"defer_fallback,omitempty"`
+	// DigestGroup: scenes naming one group share one digest per recipient;
+	// empty means the scene's own digest.
+	DigestGroup string `json:"digest_group,omitempty"`
+	// TZ is the scene's IANA time zone for calendar limits and quiet hours
+	// ("" is UTC); Zone is it loaded. A message's own zone overrides it.
+	TZ         string         `json:"tz,omitempty"`
+	Zone       *time.Location `json:"-"`
+	QuietHours *QuietHours    `json:"quiet_hours,omitempty"`
+}
+
+// DigestQueue is the name of the held-message queue that collects this
+// scene's digest: "digest:" and the digest group, or the scene.
+func (r SceneRule) DigestQueue(scene string) string {
+	if r.DigestGroup != "" {
+		return "digest:" + r.DigestGroup
+	}
+	return "digest:" + scene
 }
 
 // Bypasses reports whether a message of priority p skips the limits.

@@ -27,6 +27,8 @@ type AdmitRequest struct {
 	// Force admits the message whatever the counts (a bypass priority); it
 	// still counts in every window.
 	Force bool
+	// Zone is the time zone of calendar limits (nil is UTC).
+	Zone *time.Location
 }
 
 // Exceeded names the limit that held a message back.
