@@ -77,12 +77,19 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 	return ds[min(max(i, 0), len(ds)-1)]
 }
 
-// gateWork is a run's messages, in the order they are published.
-type gateWork struct{ warm, full, half messages }
+// gateWork is a run's messages, in the order they are published, and the
+// rules the gate runs them under. half is empty when the run measures full
+// speed only.
+type gateWork struct {
+	warm, full, half messages
+	// deferred: the scenes that suppress defer instead (rulesDoc).
+	deferred bool
+}
 
 // runGate measures the gate binary: a warm-up, N messages at full speed,
 // then N/2 at half the rate it reached. The gate's own counters must then
-// agree with the simulation, or the figures mean nothing.
+// agree with the simulation, or the figures mean nothing. A deferring gate
+// holds what a suppressing one suppresses, so one simulation serves both.
 func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (gateResult, error) {
 	var res gateResult
 	dbURL, drop, err := pgschema.Create(ctx, r.cfg.databaseURL, "gatebench_"+r.tag)
@@ -91,7 +98,7 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 	}
 	defer r.dropSchema(drop)
 	rulesPath := filepath.Join(r.dir, "rules.yaml")
-	if err := os.WriteFile(rulesPath, []byte(rulesDoc()), 0o600); err != nil {
+	if err := os.WriteFile(rulesPath, []byte(rulesDoc(work.deferred)), 0o600); err != nil {
 		return res, fmt.Errorf("write rules: %w", err)
 	}
 	sim := newSimulator(rs)
@@ -136,6 +143,10 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 		return res, err
 	}
 	res.max.stages = afterMax.since(before)
+	if len(work.half.data) == 0 {
+		res.counted, err = countedOutcomes(ctx, dbURL)
+		return res, err
+	}
 	second := res.max.rate / 2
 	if r.cfg.secondRate > 0 {
 		second = r.cfg.secondRate
@@ -154,7 +165,8 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 	return res, nil
 }
 
-// countedOutcomes sums the gate's hourly counters.
+// countedOutcomes sums the gate's hourly counters. Deferred messages count
+// as held back, as suppressed ones do.
 func countedOutcomes(ctx context.Context, dbURL string) (outcomes, error) {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
@@ -162,7 +174,7 @@ func countedOutcomes(ctx context.Context, dbURL string) (outcomes, error) {
 	}
 	defer conn.Close(context.Background())
 	var o outcomes
-	err = conn.QueryRow(ctx, `SELECT coalesce(sum(forwarded), 0), coalesce(sum(suppressed), 0), coalesce(sum(dropped), 0) FROM scene_counters`).
+	err = conn.QueryRow(ctx, `SELECT coalesce(sum(forwarded), 0), coalesce(sum(suppressed + deferred), 0), coalesce(sum(dropped), 0) FROM scene_counters`).
 		Scan(&o.forward, &o.suppress, &o.drop)
 	if err != nil {
 		return outcomes{}, fmt.Errorf("read counters: %w", err)

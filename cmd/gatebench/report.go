@@ -40,12 +40,14 @@ const (
 	rowRedis
 	rowAudit
 	rowSeed
+	rowDefer
 	nRows
 )
 
 var rowNames = [nRows]string{
 	"gate, full speed", "gate, half rate", "ceiling: jetstream consume+ack",
 	"ceiling: redis script, pipelined", "ceiling: audit commit", "seed baseline",
+	"gate, full speed, deferring",
 }
 
 // figures are the numbers of one run, or the medians of several.
@@ -53,6 +55,8 @@ type figures struct {
 	rows                        [nRows]row
 	ceilingRatio, baselineRatio float64
 	jetstreamRatio              float64 // the gate's rate over the JetStream consume+ack ceiling
+	deferRatio                  float64 // the deferring gate's rate over the suppressing gate's
+	deferredShare               float64 // the share of messages the deferring gate deferred
 	cpuPerMsg, seedCPUPerMsg    float64 // µs, every process together: the gate at full speed, the seed
 	bytesPerPair, sampleUsage   float64
 	heldShare, otherShare       float64
@@ -86,11 +90,14 @@ func (r runResult) figures() figures {
 			phaseRow(rowNames[rowGate], g.max, true), phaseRow(rowNames[rowHalf], g.half, true),
 			phaseRow(rowNames[rowJetStream], r.ceil.jetstream, true), phaseRow(rowNames[rowRedis], r.ceil.redis, false),
 			phaseRow(rowNames[rowAudit], r.ceil.audit, false), phaseRow(rowNames[rowSeed], r.seed.phase, false),
+			phaseRow(rowNames[rowDefer], r.deferred.max, true),
 		},
 		ceilingRatio: g.max.rate / smallest, baselineRatio: g.max.rate / r.seed.rate, jetstreamRatio: g.max.rate / r.ceil.jetstream.rate,
 		bytesPerPair: r.memory.perPair, sampleUsage: float64(r.memory.sampleUsage),
 		heldShare: g.counted.heldShare(), smallestName: name,
-		countsAgree: g.counted == g.expected, naks: g.max.naks + g.half.naks,
+		countsAgree: g.counted == g.expected && r.deferred.counted == r.deferred.expected,
+		naks:        g.max.naks + g.half.naks + r.deferred.max.naks,
+		deferRatio:  r.deferred.max.rate / g.max.rate, deferredShare: r.deferred.counted.heldShare(),
 		seedAgrees: r.seed.counted == r.seed.expected, repeats: g.max.repeats + g.half.repeats,
 		seconds: r.duration.Seconds(),
 		stages:  [2]stageStats{g.max.stages, g.half.stages},
@@ -114,6 +121,10 @@ func printRun(w io.Writer, n int, r runResult) {
 	fmt.Fprintf(w, "outcomes: forward %d, suppress %d, drop %d; the gate's counters %s with the simulation (forward %d, suppress %d, drop %d); naks %d; repeated acks %d\n",
 		g.counted.forward, g.counted.suppress, g.counted.drop, agree,
 		g.expected.forward, g.expected.suppress, g.expected.drop, f.naks, f.repeats)
+	d := r.deferred
+	fmt.Fprintf(w, "deferring gate: forward %d, deferred %d, drop %d (simulation: %d, %d, %d); %.0f %% deferred; rate %.2f of the suppressing gate's\n",
+		d.counted.forward, d.counted.suppress, d.counted.drop, d.expected.forward, d.expected.suppress, d.expected.drop,
+		100*f.deferredShare, f.deferRatio)
 	s := r.seed
 	agree = "agree"
 	if !f.seedAgrees {
@@ -175,6 +186,8 @@ func medians(fs []figures) figures {
 	m.ceilingRatio = median(fs, func(f figures) float64 { return f.ceilingRatio })
 	m.baselineRatio = median(fs, func(f figures) float64 { return f.baselineRatio })
 	m.jetstreamRatio = median(fs, func(f figures) float64 { return f.jetstreamRatio })
+	m.deferRatio = median(fs, func(f figures) float64 { return f.deferRatio })
+	m.deferredShare = median(fs, func(f figures) float64 { return f.deferredShare })
 	m.cpuPerMsg = median(fs, func(f figures) float64 { return f.cpuPerMsg })
 	m.seedCPUPerMsg = median(fs, func(f figures) float64 { return f.seedCPUPerMsg })
 	m.bytesPerPair = median(fs, func(f figures) float64 { return f.bytesPerPair })
@@ -219,11 +232,11 @@ func printSummary(w io.Writer, c *config, fs []figures) {
 func benchLine(m figures, runs, n int, headers bool) string {
 	g, h := m.rows[rowGate], m.rows[rowHalf]
 	return fmt.Sprintf("BENCH gate_msgs_per_s=%.0f ceiling_ratio=%.2f baseline_ratio=%.1f p99_ms_half_load=%.2f redis_bytes_per_recipient_scene=%.0f"+
-		" cpu_us_per_msg=%.1f jetstream_ratio=%.2f"+
+		" cpu_us_per_msg=%.1f jetstream_ratio=%.2f defer_rate_ratio=%.2f deferred_share=%.2f"+
 		" p50_ms_half_load=%.2f p50_ms_max=%.1f p99_ms_max=%.1f jetstream_ceiling=%.0f redis_ceiling=%.0f audit_ceiling=%.0f seed_msgs_per_s=%.0f seed_cpu_us_per_msg=%.1f"+
 		" smallest_ceiling=%s counts_agree=%t seed_agrees=%t naks=%d runs=%d n=%d headers=%t",
 		g.rate, m.ceilingRatio, m.baselineRatio, h.p99, m.bytesPerPair,
-		m.cpuPerMsg, m.jetstreamRatio,
+		m.cpuPerMsg, m.jetstreamRatio, m.deferRatio, m.deferredShare,
 		h.p50, g.p50, g.p99, m.rows[rowJetStream].rate, m.rows[rowRedis].rate, m.rows[rowAudit].rate, m.rows[rowSeed].rate, m.seedCPUPerMsg,
 		m.smallestName, m.countsAgree, m.seedAgrees, m.naks, runs, n, headers)
 }
