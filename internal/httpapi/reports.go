@@ -81,7 +81,10 @@ func (s *server) topRecipients(w http.ResponseWriter, r *http.Request, q url.Val
 
 // csvHeader names the columns of the CSV export.
 var csvHeader = []string{"id", "message_id", "decided_at", "scene", "recipient", "priority", "limit_scope",
-	"limit_window", "limit_max", "count_seen", "shadow", "reason", "rules_version", "next_allowed_at", "payload"}
+	"limit_window", "limit_max", "count_seen", "shadow", "reason", "rules_version", "next_allowed_at", "payload",
+	// Added with held messages; after payload so that readers of the
+	// columns by position keep working.
+	"held_as", "settled", "settled_at", "fallback", "digest_id"}
 
 // suppressionsCSV streams every suppression row that matches the filters,
 // newest first, up to limit rows (100,000 at most). The first page is read
@@ -155,16 +158,21 @@ func (s *server) suppressionsCSV(w http.ResponseWriter, r *http.Request, q url.V
 // would run as a formula (=, +, -, @ first) get a leading apostrophe:
 // recipients, scenes and payloads come from producers.
 func csvRecord(p gate.Suppression) []string {
-	next := ""
-	if !p.NextAllowedAt.IsZero() {
-		next = p.NextAllowedAt.UTC().Format(time.RFC3339Nano)
-	}
 	return []string{
 		strconv.FormatInt(p.ID, 10), cell(p.MessageID), p.DecidedAt.UTC().Format(time.RFC3339Nano), cell(p.Scene),
 		cell(p.Recipient), cell(string(p.Priority)), string(p.Scope), gate.FormatDuration(time.Duration(p.LimitWindow)),
 		strconv.Itoa(p.LimitMax), strconv.Itoa(p.CountSeen), strconv.FormatBool(p.Shadow), cell(p.Reason),
-		cell(p.RulesVersion), next, cell(p.Payload),
+		cell(p.RulesVersion), csvTime(p.NextAllowedAt), cell(p.Payload),
+		string(p.HeldAs), string(p.Settled), csvTime(p.SettledAt), string(p.Fallback), cell(p.DigestID),
 	}
+}
+
+// csvTime is t in RFC 3339 UTC, or empty for the zero time.
+func csvTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
 }
 
 func cell(v string) string {

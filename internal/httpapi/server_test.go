@@ -22,8 +22,9 @@ const token = "t0ken"
 // fakeStore answers report queries from memory and records what it was
 // asked.
 type fakeStore struct {
-	rows     []gate.Suppression // newest first
-	failFrom int                // Suppressions fails from this call on (1-based); 0 never
+	rows     []gate.Suppression  // newest first
+	scenes   []gate.SceneSummary // Summary's answer; nil means two small scenes
+	failFrom int                 // Suppressions fails from this call on (1-based); 0 never
 	calls    int
 	// beforePage, when set, runs at the start of each Suppressions call
 	// (1-based), and beforeSummary at the start of Summary.
@@ -70,6 +71,9 @@ func (f *fakeStore) Suppressions(_ context.Context, flt gate.SuppressionFilter) 
 func (f *fakeStore) Summary(context.Context, time.Time, time.Time) ([]gate.SceneSummary, error) {
 	if f.beforeSummary != nil {
 		f.beforeSummary()
+	}
+	if f.scenes != nil {
+		return f.scenes, nil
 	}
 	return []gate.SceneSummary{{Scene: "b", Received: 2, Suppressed: 1}, {Scene: "a", Received: 1, Forwarded: 1}}, nil
 }
@@ -243,6 +247,17 @@ func TestSuppressionsCSV(t *testing.T) {
 	st := &fakeStore{rows: suppressionRows(2500)}
 	st.rows[0].Recipient = "=HYPERLINK(\"http://evil\")"
 	st.rows[1].NextAllowedAt = time.Time{}
+	held := func(i int, kind gate.HoldKind, settled gate.SettleKind, fallback gate.Action, digest string) {
+		r := &st.rows[i]
+		r.HeldAs, r.Settled, r.Fallback, r.DigestID = kind, settled, fallback, digest
+		if settled != "" {
+			r.SettledAt = time.Date(2024, 5, 1, 10, 0, i, 0, time.UTC)
+		}
+	}
+	held(3, gate.HoldDefer, gate.SettleReleased, "", "")
+	held(4, gate.HoldDefer, gate.SettleFellBack, gate.ActionDrop, "")
+	held(5, gate.HoldDigest, gate.SettleDigested, "", "-digest-1") // a digest id is no formula either
+	held(6, gate.HoldDefer, "", "", "")
 	srv := newTestServer(t, st)
 
 	code, h, body := get(t, srv, "GET", "/v1/suppressions.csv", true)
@@ -267,6 +282,18 @@ func TestSuppressionsCSV(t *testing.T) {
 	}
 	if h.Get(truncatedHead) != "false" {
 		t.Errorf("Gate-Truncated trailer of a complete export: got %q, want false", h.Get(truncatedHead))
+	}
+
+	for i, want := range map[int][]string{
+		1: {"", "", "", "", ""},
+		4: {"defer", "released", "2024-05-01T10:00:03Z", "", ""},
+		5: {"defer", "fell_back", "2024-05-01T10:00:04Z", "drop", ""},
+		6: {"digest", "digested", "2024-05-01T10:00:05Z", "", "'-digest-1"},
+		7: {"defer", "", "", "", ""},
+	} {
+		if got := recs[i][15:]; strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("row %d held_as..digest_id: got %q, want %q", i, got, want)
+		}
 	}
 
 	code, h, body = get(t, srv, "GET", "/v1/suppressions.csv?limit=1500", true)
@@ -491,5 +518,36 @@ func TestExportPageTimeout(t *testing.T) {
 	n, _ := io.Copy(io.Discard, conn)
 	if n >= 32<<20 {
 		t.Errorf("read %d bytes of an export the client stopped reading; want it cut short", n)
+	}
+}
+
+// TestSummaryCountsHeldMessages: the summary carries the counters of held
+// messages per scene and adds them up in the total, under the names the
+// OpenAPI document gives them.
+func TestSummaryCountsHeldMessages(t *testing.T) {
+	st := &fakeStore{scenes: []gate.SceneSummary{
+		{Scene: "ci.build", Received: 5, Forwarded: 1, Digested: 4, Released: 1},
+		{Scene: "alert.disk", Received: 6, Forwarded: 2, Suppressed: 1, Deferred: 3, Released: 2, FellBack: 1},
+	}}
+	srv := newTestServer(t, st)
+	code, _, body := get(t, srv, "GET", "/v1/reports/summary", true)
+	if code != http.StatusOK {
+		t.Fatalf("summary: %d %s", code, body)
+	}
+	var sum struct {
+		Scenes []map[string]any `json:"scenes"`
+		Total  map[string]any   `json:"total"`
+	}
+	if err := json.Unmarshal([]byte(body), &sum); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"received": 11, "forwarded": 3, "suppressed": 1, "deferred": 3, "digested": 4, "released": 3, "fell_back": 1}
+	for k, v := range want {
+		if sum.Total[k] != v {
+			t.Errorf("total %s = %v, want %v (body %s)", k, sum.Total[k], v, body)
+		}
+	}
+	if len(sum.Scenes) != 2 || sum.Scenes[0]["scene"] != "alert.disk" || sum.Scenes[0]["deferred"] != 3.0 || sum.Scenes[1]["digested"] != 4.0 {
+		t.Errorf("scenes %v: want alert.disk first with 3 deferred, then ci.build with 4 digested", sum.Scenes)
 	}
 }
