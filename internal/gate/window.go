@@ -87,7 +87,8 @@ type WindowStore interface {
 }
 
 // ErrInvalidRequest marks an admit request no store can decide (an empty
-// id, recipient or scene, a window that is not positive, a max under 1).
+// id, recipient or scene, a limit with neither a positive window nor a
+// known calendar, or with both, a max under 1).
 // It is permanent: retrying cannot help.
 var ErrInvalidRequest = errors.New("invalid admit request")
 
@@ -106,9 +107,19 @@ func (r *AdmitRequest) Validate() error {
 		limits []Limit
 	}{{ScopeScene, r.Limits}, {ScopeRecipient, r.Caps}} {
 		for j, l := range set.limits {
-			if l.Window <= 0 || l.Max < 1 {
-				return fmt.Errorf("%w: %s limit %d {window %v, max %d}: window must be positive and max at least 1",
+			switch {
+			case l.Calendar == "" && l.Window <= 0:
+				return fmt.Errorf("%w: %s limit %d {window %v, max %d}: window must be positive, or calendar set",
 					ErrInvalidRequest, set.scope, j, l.Window, l.Max)
+			case l.Calendar != "" && l.Window != 0:
+				return fmt.Errorf("%w: %s limit %d {window %v, calendar %q}: a limit has a window or a calendar, not both",
+					ErrInvalidRequest, set.scope, j, l.Window, l.Calendar)
+			case l.Calendar != "" && l.Calendar != CalendarDay && l.Calendar != CalendarWeek:
+				return fmt.Errorf("%w: %s limit %d: unknown calendar %q (day or week)",
+					ErrInvalidRequest, set.scope, j, l.Calendar)
+			case l.Max < 1:
+				return fmt.Errorf("%w: %s limit %d {max %d}: max must be at least 1",
+					ErrInvalidRequest, set.scope, j, l.Max)
 			}
 		}
 	}
