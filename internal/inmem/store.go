@@ -14,8 +14,8 @@ import (
 // DefaultSweepEvery is how often, by default, Admit drops expired windows.
 const DefaultSweepEvery = time.Minute
 
-// expiryMargin keeps a window a little past its longest limit, as the Redis
-// store's PEXPIRE does.
+// expiryMargin keeps a window a little past its longest limit (or the end
+// of its calendar period), as the Redis store's PEXPIRE does.
 const expiryMargin = 1000 // ms
 
 // Options tunes a Store. The zero value means the defaults.
@@ -85,8 +85,10 @@ func New(opts Options) *Store {
 
 // Admit decides reqs in order; see gate.WindowStore. It fails only when ctx
 // is already done (wrapping gate.ErrUnavailable, as a remote store would) or
-// when a request is malformed (no id, recipient or scene, a window under
-// 1ms, a max under 1), which fails the whole batch before anything changes.
+// when a request is malformed (see gate.AdmitRequest.Validate), which fails
+// the whole batch before anything changes. Calendar limits count in the
+// period of gate.Limit.Period holding the store's clock, in the request's
+// Zone.
 func (s *Store) Admit(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.AdmitResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("admit: %w: %w", gate.ErrUnavailable, err)
@@ -156,12 +158,12 @@ func (s *Store) admit(now int64, r *gate.AdmitRequest) gate.AdmitResult {
 		sceneSpan = r.Caps
 	}
 	sk, ck := keysOf(r)
-	sw, sMax := span(sceneSpan)
-	cw, cMax := span(r.Caps)
-	scene := s.live(sk, now, sw)
+	sFrom, sUntil, sMax := span(sceneSpan, now, r.Zone)
+	cFrom, cUntil, cMax := span(r.Caps, now, r.Zone)
+	scene := s.live(sk, now, sFrom)
 	var caps *window
 	if len(r.Caps) > 0 {
-		caps = s.live(ck, now, cw)
+		caps = s.live(ck, now, cFrom)
 	}
 
 	if scene.has(r.ID) {
@@ -170,8 +172,8 @@ func (s *Store) admit(now int64, r *gate.AdmitRequest) gate.AdmitResult {
 	}
 	if !r.Force {
 		var v verdict
-		v.check(scene, now, gate.ScopeScene, r.Limits)
-		v.check(caps, now, gate.ScopeRecipient, r.Caps)
+		v.check(scene, now, r.Zone, gate.ScopeScene, r.Limits)
+		v.check(caps, now, r.Zone, gate.ScopeRecipient, r.Caps)
 		if v.exceeded != nil {
 			res.Exceeded = v.exceeded
 			res.NextAllowedAt = time.UnixMilli(v.reopen).UTC()
@@ -179,16 +181,16 @@ func (s *Store) admit(now int64, r *gate.AdmitRequest) gate.AdmitResult {
 		}
 	}
 	res.Admitted = true
-	s.record(sk, scene, entry{now, r.ID}, sMax, now+sw+expiryMargin)
+	s.record(sk, scene, entry{now, r.ID}, sMax, sUntil+expiryMargin)
 	if len(r.Caps) > 0 {
-		s.record(ck, caps, entry{now, r.ID}, cMax, now+cw+expiryMargin)
+		s.record(ck, caps, entry{now, r.ID}, cMax, cUntil+expiryMargin)
 	}
 	return res
 }
 
-// live returns the window of k with the members older than longest (ms)
+// live returns the window of k with the members admitted before from (ms)
 // dropped, or nil when nothing is left of it.
-func (s *Store) live(k windowKey, now, longest int64) *window {
+func (s *Store) live(k windowKey, now, from int64) *window {
 	w := s.windows[k]
 	if w == nil {
 		return nil
@@ -198,7 +200,7 @@ func (s *Store) live(k windowKey, now, longest int64) *window {
 		return nil
 	}
 	// Members are ascending: the expired ones are a prefix.
-	old, _ := slices.BinarySearchFunc(w.entries, now-longest+1, func(e entry, at int64) int { return cmp.Compare(e.at, at) })
+	old, _ := slices.BinarySearchFunc(w.entries, from, func(e entry, at int64) int { return cmp.Compare(e.at, at) })
 	w.entries = slices.Delete(w.entries, 0, old)
 	if len(w.entries) == 0 {
 		delete(s.windows, k)
@@ -229,12 +231,12 @@ func (w *window) has(id string) bool {
 	return slices.ContainsFunc(w.entries, func(e entry) bool { return e.id == id })
 }
 
-// count returns how many members are newer than after (ms).
-func (w *window) count(after int64) int {
+// count returns how many members were admitted at or after from (ms).
+func (w *window) count(from int64) int {
 	if w == nil {
 		return 0
 	}
-	i, _ := slices.BinarySearchFunc(w.entries, after+1, func(e entry, at int64) int { return cmp.Compare(e.at, at) })
+	i, _ := slices.BinarySearchFunc(w.entries, from, func(e entry, at int64) int { return cmp.Compare(e.at, at) })
 	return len(w.entries) - i
 }
 
@@ -244,15 +246,19 @@ type verdict struct {
 	reopen   int64 // ms
 }
 
-func (v *verdict) check(w *window, now int64, scope gate.Scope, limits []gate.Limit) {
+func (v *verdict) check(w *window, now int64, zone *time.Location, scope gate.Scope, limits []gate.Limit) {
 	for _, l := range limits {
-		ms := l.WindowMillis()
-		c := w.count(now - ms)
+		from, end := bound(l, now, zone)
+		c := w.count(from)
 		if c < l.Max {
 			continue
 		}
-		// The window reopens when the Max-th newest member leaves it.
-		reopen := w.entries[len(w.entries)-l.Max].at + ms
+		// A rolling window reopens when the Max-th newest member leaves it;
+		// a calendar limit when its period ends.
+		reopen := end
+		if l.Calendar == "" {
+			reopen = w.entries[len(w.entries)-l.Max].at + l.WindowMillis()
+		}
 		if v.exceeded == nil || reopen > v.reopen {
 			v.exceeded = &gate.Exceeded{Scope: scope, Limit: l, Count: c}
 			v.reopen = reopen
@@ -260,13 +266,29 @@ func (v *verdict) check(w *window, now int64, scope gate.Scope, limits []gate.Li
 	}
 }
 
-// span returns the longest window (ms) and the largest max of limits.
-func span(limits []gate.Limit) (longest int64, most int) {
+// bound returns the earliest admission time (ms) that l counts at now, and
+// how long that admission must be kept: to the end of l's window, or of its
+// calendar period in zone.
+func bound(l gate.Limit, now int64, zone *time.Location) (from, until int64) {
+	if l.Calendar == "" {
+		w := l.WindowMillis()
+		return now - w + 1, now + w
+	}
+	start, end := l.Period(time.UnixMilli(now), zone)
+	return start.UnixMilli(), end.UnixMilli()
+}
+
+// span returns, over limits at now, the earliest admission time any of them
+// counts (ms), the latest time one of them still needs its members, and
+// the largest max.
+func span(limits []gate.Limit, now int64, zone *time.Location) (from, until int64, most int) {
+	from, until = now+1, now
 	for _, l := range limits {
-		longest = max(longest, l.WindowMillis())
+		f, u := bound(l, now, zone)
+		from, until = min(from, f), max(until, u)
 		most = max(most, l.Max)
 	}
-	return longest, most
+	return from, until, most
 }
 
 // Sweep drops every expired window now. Admit calls it every SweepEvery;

@@ -33,6 +33,16 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
+// Set moves the clock to a later instant.
+func (c *fakeClock) Set(t *testing.T, to time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if to.Before(c.now) {
+		t.Fatalf("fake clock: cannot go back from %s to %s", c.now, to)
+	}
+	c.now = to
+}
+
 // count returns how many windows s holds for recipient.
 func (s *Store) count(recipient string) (windows int) {
 	s.mu.Lock()
@@ -72,6 +82,7 @@ func TestConformance(t *testing.T) {
 					return s.count(recipient)
 				},
 				Members: func(_ *testing.T, recipient, scene string) int { return s.members(recipient, scene) },
+				Travel:  clock.Set,
 			}
 		},
 	})

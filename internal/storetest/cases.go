@@ -412,18 +412,23 @@ func testInvalidRequests(t *testing.T, b Backend) {
 		{"zero max", func(q *gate.AdmitRequest) { q.Limits = limits(lim(time.Hour, 0)) }},
 		{"zero cap max", func(q *gate.AdmitRequest) { q.Caps = limits(lim(time.Hour, 0)) }},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newRecipient()
-			good := req(r, "s", newID(), lim(time.Hour, 1))
-			bad := req(r, "s", newID(), lim(time.Hour, 1))
-			tc.edit(&bad)
-			res, err := b.Store.Admit(context.Background(), []gate.AdmitRequest{good, bad})
-			if err == nil || errors.Is(err, gate.ErrUnavailable) {
-				t.Fatalf("Admit = %v, %v; want an error that is not ErrUnavailable (retrying cannot help)", res, err)
-			}
-			wantAdmitted(t, "the good request, alone", admitOne(t, b.Store, good))
-		})
+		t.Run(tc.name, func(t *testing.T) { wantInvalid(t, b, tc.edit) })
 	}
+}
+
+// wantInvalid checks that a batch of a good request and one changed by edit
+// fails as a whole, with an error retrying cannot help.
+func wantInvalid(t *testing.T, b Backend, edit func(*gate.AdmitRequest)) {
+	t.Helper()
+	r := newRecipient()
+	good := req(r, "s", newID(), lim(time.Hour, 1))
+	bad := req(r, "s", newID(), lim(time.Hour, 1))
+	edit(&bad)
+	res, err := b.Store.Admit(context.Background(), []gate.AdmitRequest{good, bad})
+	if err == nil || errors.Is(err, gate.ErrUnavailable) || !errors.Is(err, gate.ErrInvalidRequest) {
+		t.Fatalf("Admit = %v, %v; want an error that wraps ErrInvalidRequest, not ErrUnavailable (retrying cannot help)", res, err)
+	}
+	wantAdmitted(t, "the good request, alone", admitOne(t, b.Store, good))
 }
 
 func testEmptyBatch(t *testing.T, b Backend) {

@@ -1,12 +1,15 @@
 // Package storetest is the conformance suite every gate.WindowStore must
 // pass, so that the in-process store and the Redis store keep one meaning:
-// sliding windows, several limits, recipient caps, Force, duplicates, batch
-// order, expiry, bounded memory, concurrency and the store's own clock.
+// sliding windows, calendar limits (day and week, in a zone, across
+// daylight-saving days), several limits, recipient caps, Force, duplicates,
+// batch order, expiry, bounded memory, concurrency and the store's own clock.
 //
 // A store's own test calls Run with a Harness that opens a fresh store per
 // test and moves its clock (a real sleep for Redis, a fake clock in
-// process). On a real clock its tests sleep about six seconds in all, but
-// they run in parallel, so a run takes under two.
+// process). On a real clock its tests sleep about eight seconds in all, but
+// they run in parallel, so a run takes under three. A calendar case that
+// cannot set the store's clock computes what it expects from the store's
+// replies, and runs again if its decisions straddle a period boundary.
 //
 // It imports the standard library, internal/gate and internal/testenv, and
 // is imported only by tests.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -39,12 +40,17 @@ type Backend struct {
 	// window of (recipient, scene), or with scene "", the recipient cap
 	// window. Optional, like Keys.
 	Members func(t *testing.T, recipient, scene string) int
+	// Travel sets the store's clock to a later instant: only a fake clock
+	// can, so it is optional. The calendar cases use it to cross period
+	// boundaries and to decide on daylight-saving days; without it they
+	// check what the real time allows.
+	Travel func(t *testing.T, to time.Time)
 }
 
 // Run runs the conformance suite against the stores h opens.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
-	for _, tc := range cases {
+	for _, tc := range slices.Concat(cases, calendarCases) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := h.Open(t)
@@ -143,7 +149,7 @@ func show(r gate.AdmitResult) string {
 	return s + "}"
 }
 
-func stamp(t time.Time) string { return t.UTC().Format("15:04:05.000000") }
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }
 
 // sleepUntil lets the store's clock pass at, plus slack.
 func sleepUntil(t *testing.T, b Backend, at time.Time) {
