@@ -319,7 +319,7 @@ func ceilingInput(rs *gate.RuleSet, data [][]byte) ([]gate.AdmitRequest, []gate.
 		if err != nil {
 			return nil, nil, fmt.Errorf("generated message does not parse: %w", err)
 		}
-		if p := gate.PlanMessage(rs, m); p.Request != nil {
+		if p := gate.PlanMessage(rs, m, time.Now()); p.Request != nil {
 			reqs = append(reqs, *p.Request)
 		}
 	}

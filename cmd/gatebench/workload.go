@@ -234,7 +234,7 @@ func (s *simulator) decide(data [][]byte, keep bool) ([]gate.Record, error) {
 		if err != nil {
 			return nil, fmt.Errorf("generated message does not parse: %w", err)
 		}
-		p := gate.PlanMessage(s.rs, m)
+		p := gate.PlanMessage(s.rs, m, time.Now())
 		var res gate.AdmitResult
 		if p.Request != nil {
 			r, err := s.store.Admit(context.Background(), []gate.AdmitRequest{*p.Request})
@@ -246,7 +246,7 @@ func (s *simulator) decide(data [][]byte, keep bool) ([]gate.Record, error) {
 		dec := gate.Resolve(s.rs, p, res, time.Now())
 		s.got.add(dec.Outcome)
 		if keep {
-			recs = append(recs, gate.RecordOf(m.ID, m, dec, s.rs.Version))
+			recs = append(recs, gate.RecordOf(m.ID, m, dec, 0, s.rs.Version))
 		}
 	}
 	return recs, nil

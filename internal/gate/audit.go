@@ -76,12 +76,14 @@ type Record struct {
 	Hold *Held
 }
 
-// RecordOf is the record of decision d on message m, under the rules of
-// rulesVersion: with its audit row when d suppresses it, or would in shadow
-// mode.
-func RecordOf(key string, m Message, d Decision, rulesVersion string) Record {
+// RecordOf is the record of decision d on message m, delivered as the
+// inbound stream's message seq, under the rules of rulesVersion: with its
+// audit row when d suppresses or holds it, or would in shadow mode, and
+// with the message to hold when d holds it.
+func RecordOf(key string, m Message, d Decision, seq uint64, rulesVersion string) Record {
 	rec := Record{Key: key, Scene: m.Scene, Outcome: d.Outcome, Shadow: d.Shadow, ShadowOf: d.ShadowOf, Unchecked: d.Unchecked, At: d.At}
-	if d.Outcome == OutcomeSuppress || (d.Shadow && d.ShadowOf == ActionSuppress) {
+	held := d.Holds()
+	if d.Outcome == OutcomeSuppress || held || (d.Shadow && d.ShadowOf != ActionDrop && d.ShadowOf != "") {
 		s := &Suppression{
 			MessageID:     m.ID,
 			Scene:         m.Scene,
@@ -98,6 +100,28 @@ func RecordOf(key string, m Message, d Decision, rulesVersion string) Record {
 			s.Scope, s.LimitWindow, s.LimitMax, s.CountSeen = e.Scope, Duration(e.Limit.Window), e.Limit.Max, e.Count
 		}
 		rec.Suppression = s
+	}
+	if held {
+		kind := HoldDefer
+		if d.Outcome == OutcomeDigest {
+			kind = HoldDigest
+		}
+		rec.Suppression.HeldAs = kind
+		rec.Hold = &Held{
+			MessageID: m.ID,
+			Kind:      kind,
+			Queue:     d.Queue,
+			Scene:     m.Scene,
+			Priority:  m.Priority,
+			TZ:        m.TZ,
+			Seq:       seq,
+			HeldAt:    d.At,
+			DueAt:     d.HoldUntil,
+			Expires:   d.Expires,
+			Fallback:  d.Fallback,
+			Reason:    d.Reason,
+			Payload:   m.Raw,
+		}
 	}
 	return rec
 }

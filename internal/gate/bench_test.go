@@ -71,7 +71,7 @@ func BenchmarkPlanMessage(b *testing.B) {
 	m.Scene = "scene.07"
 	b.ReportAllocs()
 	for b.Loop() {
-		if p := PlanMessage(rs, m); p.Request == nil {
+		if p := PlanMessage(rs, m, time.Time{}); p.Request == nil {
 			b.Fatal("no window request")
 		}
 	}

@@ -70,7 +70,7 @@ func FuzzCommitParsed(f *testing.F) {
 			// row: the fuzzer repeats ids across inputs, and a known key
 			// writes nothing. The prefix is ASCII and keeps the id valid.
 			m.ID = fmt.Sprintf("%d/%s", n, m.ID)
-			rec := gate.RecordOf(m.ID, m, suppression(at), "fuzz")
+			rec := gate.RecordOf(m.ID, m, suppression(at), 0, "fuzz")
 			for name, s := range stores {
 				if _, err := s.Commit(ctx, []gate.Record{rec}); err != nil {
 					t.Fatalf("%s: commit of id %q, scene %q, recipient %q, priority %q, payload %q: %v",

@@ -31,7 +31,7 @@ func (p *Pipeline) commit(ctx context.Context, rules *gate.RuleSet, items []item
 		case it.invalid != nil:
 			batch = append(batch, pending{gate.Record{Key: it.key, Scene: it.msg.Scene, Outcome: gate.OutcomeInvalid, At: p.o.Now()}, i})
 		case it.decided:
-			batch = append(batch, pending{gate.RecordOf(it.key, it.msg, it.dec, rules.Version), i})
+			batch = append(batch, pending{gate.RecordOf(it.key, it.msg, it.dec, it.d.Seq, rules.Version), i})
 		}
 	}
 	if len(batch) == 0 {

@@ -308,7 +308,7 @@ func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item
 		if it.invalid != nil || it.twin >= 0 || it.known() {
 			continue
 		}
-		it.plan = gate.PlanMessage(rules, it.msg)
+		it.plan = gate.PlanMessage(rules, it.msg, p.o.Now())
 		if it.plan.Request != nil {
 			asks = append(asks, admission{*it.plan.Request, i})
 		}
