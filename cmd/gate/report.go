@@ -145,7 +145,15 @@ func (c *apiClient) get(ctx context.Context, path string, q url.Values, out any)
 	return nil
 }
 
-var summaryHeader = []string{"scene", "received", "forwarded", "suppressed", "dropped", "invalid", "shadow_suppressed", "shadow_dropped", "forwarded_unchecked", "parked"}
+// summaryHeader names the columns of the summary, in the order of
+// gate.SceneSummary.Counters after the scene.
+var summaryHeader = []string{"scene", "received", "forwarded", "suppressed", "dropped", "invalid", "shadow_suppressed",
+	"shadow_dropped", "forwarded_unchecked", "parked", "deferred", "digested", "released", "fell_back"}
+
+// heldColumns is how many columns at the end of summaryHeader count held
+// messages: a table leaves them out while every one of them is zero, so
+// that a gate with no defer or digest scene prints what it always did.
+const heldColumns = 4
 
 func summaryRow(s gate.SceneSummary) []string {
 	row := []string{s.Scene}
@@ -166,28 +174,71 @@ func printSummary(w io.Writer, format string, sum httpapi.Summary) error {
 		}
 		return writeCSV(w, rows)
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, strings.Join(summaryHeader, "\t")+"\t")
-	for _, s := range sum.Scenes {
-		fmt.Fprintln(tw, strings.Join(summaryRow(s), "\t")+"\t")
+	t := sum.Total
+	cols := len(summaryHeader)
+	if t.Deferred == 0 && t.Digested == 0 && t.Released == 0 && t.FellBack == 0 {
+		cols -= heldColumns
 	}
-	fmt.Fprintln(tw, strings.Join(summaryRow(sum.Total), "\t")+"\t")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	line := func(cells []string) { fmt.Fprintln(tw, strings.Join(cells[:cols], "\t")+"\t") }
+	line(summaryHeader)
+	for _, s := range sum.Scenes {
+		line(summaryRow(s))
+	}
+	line(summaryRow(t))
 	return tw.Flush()
 }
 
-var suppressionHeader = []string{"decided_at", "scene", "recipient", "message_id", "limit", "count_seen", "next_allowed_at", "shadow", "rules_version"}
+var suppressionHeader = []string{"decided_at", "scene", "recipient", "message_id", "limit", "count_seen", "next_allowed_at",
+	"shadow", "rules_version", "outcome"}
 
 func suppressionRow(s gate.Suppression) []string {
 	lim := s.Reason
-	if s.LimitMax > 0 {
+	switch {
+	case s.LimitMax > 0 && s.LimitWindow > 0:
 		lim = fmt.Sprintf("%s %d/%s", s.Scope, s.LimitMax, gate.FormatDuration(time.Duration(s.LimitWindow)))
-	}
-	next := ""
-	if !s.NextAllowedAt.IsZero() {
-		next = s.NextAllowedAt.UTC().Format(time.RFC3339)
+	case s.LimitMax > 0: // a calendar limit has no window
+		lim = fmt.Sprintf("%s %d/calendar period", s.Scope, s.LimitMax)
 	}
 	return []string{s.DecidedAt.UTC().Format(time.RFC3339), s.Scene, s.Recipient, s.MessageID, lim,
-		strconv.Itoa(s.CountSeen), next, strconv.FormatBool(s.Shadow), s.RulesVersion}
+		strconv.Itoa(s.CountSeen), rfc3339(s.NextAllowedAt), strconv.FormatBool(s.Shadow), s.RulesVersion, outcome(s)}
+}
+
+// outcome says what became of the message of an audit row, which answers
+// "why didn't I get it?" for a held one: still held, released later, given
+// its fallback, or carried by a digest.
+func outcome(s gate.Suppression) string {
+	at := rfc3339(s.SettledAt)
+	switch {
+	case s.HeldAs == "" && s.Shadow:
+		return "forwarded (shadow)"
+	case s.HeldAs == "":
+		return "suppressed"
+	case s.Settled == gate.SettleReleased:
+		return "deferred → released at " + at
+	case s.Settled == gate.SettleFellBack:
+		return fmt.Sprintf("deferred → fell back to %s at %s", s.Fallback, at)
+	case s.Settled == gate.SettleDigested:
+		return fmt.Sprintf("in digest %s sent at %s", s.DigestID, at)
+	case s.Settled != "":
+		return fmt.Sprintf("%s → %s at %s", heldText(s.HeldAs), s.Settled, at)
+	}
+	return heldText(s.HeldAs) + ", still held"
+}
+
+func heldText(k gate.HoldKind) string {
+	if k == gate.HoldDigest {
+		return "held for a digest"
+	}
+	return "deferred"
+}
+
+// rfc3339 is t in RFC 3339 UTC, or empty for the zero time.
+func rfc3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 func printSuppressions(w io.Writer, format string, rows []gate.Suppression) error {
