@@ -70,11 +70,40 @@
   }
   function limitText(s) {
     if (s.reason === 'unknown_scene') return 'scene has no rule (unknown_scene)';
+    if (s.reason === 'quiet_hours') return 'quiet hours of the scene';
+    if (s.reason === 'queued') return 'queued behind held messages';
     const scope = s.limit_scope === 'recipient' ? 'across all scenes' : 'in this scene';
-    return s.limit_max + ' per ' + s.limit_window + ' ' + scope;
+    // A calendar limit has no window.
+    const per = s.limit_window && s.limit_window !== '0s' ? s.limit_window : 'calendar period';
+    return s.limit_max + ' per ' + per + ' ' + scope;
   }
   function limitsText(limits) {
-    return (limits || []).map((l) => l.max + ' per ' + l.window).join(', ') || 'none';
+    return (limits || []).map((l) => l.max + ' per ' + (l.calendar ? 'calendar ' + l.calendar : l.window)).join(', ') || 'none';
+  }
+  // overLimitText says what a scene's rule does to a message over its limit.
+  function overLimitText(r) {
+    let what = r.on_exceed;
+    if (r.on_exceed === 'defer') what += ' (up to ' + (r.max_defer || '24h') + ', then ' + (r.defer_fallback || 'suppress') + ')';
+    if (r.on_exceed === 'digest') what += r.digest_group ? ' (group ' + r.digest_group + ')' : '';
+    if (r.shadow) what += ' (shadow: forwarded anyway)';
+    if (r.bypass_priorities && r.bypass_priorities.length) what += '; ' + r.bypass_priorities.join(', ') + ' bypass';
+    const q = r.quiet_hours;
+    if (q) what += '; quiet ' + (q.from || '?') + '–' + (q.to || '?') + ' ' + (r.tz || 'UTC') + ': ' + q.action;
+    return what;
+  }
+  // outcome says what became of the message of an audit row: suppressed,
+  // or held and then released, given its fallback, or sent in a digest.
+  function outcome(s) {
+    const at = s.settled_at ? ' at ' + when(s.settled_at) : '';
+    if (!s.held_as) return s.shadow ? 'forwarded (shadow)' : 'suppressed';
+    const held = s.held_as === 'digest' ? 'held for a digest' : 'deferred';
+    switch (s.settled) {
+      case undefined: case '': return held + ', still held';
+      case 'released': return 'deferred → released' + at;
+      case 'fell_back': return 'deferred → fell back to ' + s.fallback + at;
+      case 'digested': return 'in digest ' + s.digest_id + ' sent' + at;
+      default: return held + ' → ' + s.settled + at;
+    }
   }
 
   // el builds an element with text content and attributes.
@@ -116,6 +145,12 @@
   // --- sections ------------------------------------------------------------
 
   const FIELDS = ['received', 'forwarded', 'suppressed', 'dropped', 'invalid'];
+  // HELD count held messages: deferred and digested when decided (in
+  // received), released and fell_back when settled later (not in received).
+  const HELD = ['deferred', 'digested', 'released', 'fell_back'];
+  // The chart stacks what received adds up to (parked aside: it is rare).
+  const STACKED = ['forwarded', 'suppressed', 'dropped', 'invalid', 'deferred', 'digested'];
+  const CHART = ['received', ...STACKED];
 
   function summaryRow(s, tag) {
     const tr = el('tr', null, { 'data-scene': s.scene });
@@ -130,6 +165,7 @@
       if (v) attrs.class = 'hot';
       tr.appendChild(el('td', num(v), attrs));
     }
+    for (const f of HELD) tr.appendChild(el('td', num(s[f]), { 'data-field': f, 'data-value': s[f] || 0 }));
     const held = (s.suppressed || 0) + (s.dropped || 0);
     tr.appendChild(el('td', rate(held, s.received), { 'data-field': 'rate', class: held ? 'rate hot' : 'rate' }));
     return tr;
@@ -166,11 +202,11 @@
     start = Math.floor(start / HOUR) * HOUR;
     const step = end - start > 14 * 24 * HOUR ? 24 * HOUR : HOUR;
     const buckets = [];
-    for (let t = start; t < end; t += step) buckets.push({ t, received: 0, forwarded: 0, suppressed: 0, dropped: 0, invalid: 0 });
+    for (let t = start; t < end; t += step) buckets.push(Object.fromEntries([['t', t], ...CHART.map((f) => [f, 0])]));
     for (const r of rows) {
       const i = Math.floor((new Date(r.hour).getTime() - start) / step);
       if (i < 0 || i >= buckets.length) continue;
-      for (const f of FIELDS) buckets[i][f] += r[f] || 0;
+      for (const f of CHART) buckets[i][f] += r[f] || 0;
     }
     const W = 960, H = 260, left = 52, right = 12, top = 12, bottom = 36;
     const svg = document.createElementNS(SVG, 'svg');
@@ -198,13 +234,13 @@
     buckets.forEach((b, i) => {
       const g = svgEl('g', { class: 'bar' });
       g.dataset.hour = new Date(b.t).toISOString();
-      for (const f of FIELDS) g.dataset[f] = b[f];
+      for (const f of CHART) g.dataset[f] = b[f];
       const tip = document.createElementNS(SVG, 'title');
-      tip.textContent = when(g.dataset.hour) + ': received ' + num(b.received) + ', forwarded ' + num(b.forwarded) +
-        ', suppressed ' + num(b.suppressed) + ', dropped ' + num(b.dropped) + ', invalid ' + num(b.invalid);
+      tip.textContent = when(g.dataset.hour) + ': ' + CHART.filter((f) => f === 'received' || b[f])
+        .map((f) => f + ' ' + num(b[f])).join(', ');
       g.appendChild(tip);
       let base = 0;
-      for (const f of ['forwarded', 'suppressed', 'dropped', 'invalid']) {
+      for (const f of STACKED) {
         if (!b[f]) continue;
         g.appendChild(svgEl('rect', {
           x: left + i * bw + bw * 0.1, width: Math.max(0.5, bw * 0.8),
@@ -281,10 +317,7 @@
       const tr = el('tr', null, { 'data-scene': name });
       tr.appendChild(el('th', name, { class: 'text', scope: 'row' }));
       tr.appendChild(el('td', limitsText(r.limits), { class: 'text' }));
-      let what = r.on_exceed;
-      if (r.shadow) what += ' (shadow: forwarded anyway)';
-      if (r.bypass_priorities && r.bypass_priorities.length) what += '; ' + r.bypass_priorities.join(', ') + ' bypass';
-      tr.appendChild(el('td', what, { class: 'text' }));
+      tr.appendChild(el('td', overLimitText(r), { class: 'text', 'data-field': 'on_exceed' }));
       return tr;
     }));
   }
@@ -309,6 +342,16 @@
       tr.appendChild(reopens);
       tr.appendChild(el('td', s.rules_version, { class: 'text mono', 'data-field': 'rules_version' }));
       tr.appendChild(el('td', s.message_id, { class: 'text mono', 'data-field': 'message_id' }));
+      const fate = el('td', outcome(s), { class: 'text', 'data-field': 'outcome' });
+      if (s.held_as) {
+        fate.className = s.settled ? 'text held settled' : 'text held';
+        fate.dataset.heldAs = s.held_as;
+        fate.dataset.settled = s.settled || '';
+        if (s.settled_at) fate.dataset.time = s.settled_at;
+        if (s.digest_id) fate.dataset.digestId = s.digest_id;
+        if (s.fallback) fate.dataset.fallback = s.fallback;
+      }
+      tr.appendChild(fate);
       body.appendChild(tr);
     }
     lookupState = { recipient, cursor: page.next_cursor };
@@ -327,7 +370,26 @@
     const newest = body.firstElementChild;
     const reopen = newest.querySelector('[data-field="next_allowed_at"]').dataset.time;
     summary.textContent = n + (page.next_cursor ? '+' : '') + ' message' + (n === 1 ? ' was' : 's were') +
-      ' held back for ' + recipient + '.' + (reopen ? ' The latest limit reopens ' + when(reopen) + ' (' + relative(reopen) + ').' : '');
+      ' held back for ' + recipient + '.' + heldText(body) +
+      (reopen ? ' The latest limit reopens ' + when(reopen) + ' (' + relative(reopen) + ').' : '');
+  }
+
+  // heldText counts, of the rows listed, the held messages by what became
+  // of them: " Of them, 2 were released later, 3 sent in a digest, 1 is
+  // still held." Empty when none was held.
+  function heldText(body) {
+    const held = [...body.querySelectorAll('[data-field="outcome"][data-held-as]')];
+    if (!held.length) return '';
+    const count = (settled) => held.filter((td) => td.dataset.settled === settled).length;
+    const parts = [];
+    const add = (n, one, many) => { if (n) parts.push(n + ' ' + (n === 1 ? one : many)); };
+    add(count('released'), 'was released later', 'were released later');
+    add(count('digested'), 'was sent in a digest', 'were sent in a digest');
+    add(count('fell_back'), 'fell back (held too long)', 'fell back (held too long)');
+    add(count(''), 'is still held', 'are still held');
+    const other = held.length - parts.reduce((a, p) => a + parseInt(p, 10), 0);
+    add(other, 'was settled otherwise', 'were settled otherwise');
+    return ' Of them, ' + parts.join(', ') + '.';
   }
 
   async function downloadCSV() {
