@@ -2,12 +2,14 @@ package httpapi
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"reflect"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -77,8 +79,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"TopRecipients":   TopRecipients{},
 		"RuleStatus":      gate.RuleStatus{},
 		"RuleSet":         gate.RuleSet{},
-		"SceneRule":       gate.SceneRule{},
-		"Limit":           gate.Limit{}, // MarshalJSON writes window and max, as its tags say
+		// SceneRule, QuietHours and Limit write fields their tags do not
+		// name (durations as text): TestOpenAPIRuleSchemasMatchEncoding.
 	}
 	for name, v := range types {
 		s, ok := doc.Components.Schemas[name]
@@ -177,4 +179,66 @@ func TestOpenAPIDocumentsRefusals(t *testing.T) {
 			t.Errorf("parameter %s: maxLength %d, want %d as the server checks", name, got, want)
 		}
 	}
+}
+
+// TestOpenAPIRuleSchemasMatchEncoding checks the schemas of the rule types
+// that encode themselves against what they write: every field set, for the
+// properties, and only what must be set, for the required ones.
+func TestOpenAPIRuleSchemasMatchEncoding(t *testing.T) {
+	doc := loadOpenAPI(t)
+	qh := &gate.QuietHours{From: 22 * time.Hour, To: 8 * time.Hour, Action: gate.ActionDefer}
+	// full lists values that together set every field (some exclude
+	// others); what every one of min writes is what is always written.
+	limits := []any{gate.Limit{Window: time.Hour, Max: 1}, gate.Limit{Calendar: gate.CalendarDay, Max: 3}}
+	for _, tt := range []struct {
+		schema    string
+		full, min []any
+	}{
+		{"Limit", limits, limits},
+		{"QuietHours", []any{qh}, []any{qh}},
+		{"SceneRule", []any{gate.SceneRule{
+			Limits: []gate.Limit{{Window: time.Hour, Max: 1}}, OnExceed: gate.ActionDefer,
+			BypassPriorities: []gate.Priority{gate.PriorityUrgent}, Shadow: true, OnStoreError: gate.ActionForward,
+			MaxDefer: 6 * time.Hour, DeferFallback: gate.ActionDrop, DigestGroup: "ci", TZ: "Asia/Shanghai", QuietHours: qh,
+		}}, []any{gate.SceneRule{Limits: []gate.Limit{{Window: time.Hour, Max: 1}}, OnExceed: gate.ActionSuppress}}},
+	} {
+		s, ok := doc.Components.Schemas[tt.schema]
+		if !ok {
+			t.Errorf("schema %s is missing", tt.schema)
+			continue
+		}
+		props := slices.Sorted(maps.Keys(s.Properties))
+		var all []string
+		for _, v := range tt.full {
+			all = append(all, encodedKeys(t, v)...)
+		}
+		if all = slices.Compact(slices.Sorted(slices.Values(all))); !slices.Equal(all, props) {
+			t.Errorf("schema %s has properties %v; %T with every field set encodes %v", tt.schema, props, tt.full[0], all)
+		}
+		always := encodedKeys(t, tt.min[0])
+		for _, v := range tt.min[1:] {
+			keys := encodedKeys(t, v)
+			always = slices.DeleteFunc(always, func(k string) bool { return !slices.Contains(keys, k) })
+		}
+		if req := slices.Sorted(slices.Values(s.Required)); !slices.Equal(always, req) {
+			t.Errorf("schema %s requires %v; %T with only what it needs encodes %v", tt.schema, req, tt.min[0], always)
+		}
+		if s.AdditionalProperties == nil || *s.AdditionalProperties {
+			t.Errorf("schema %s allows additional properties; want additionalProperties: false so drift shows", tt.schema)
+		}
+	}
+}
+
+// encodedKeys are the names of the object v encodes as, sorted.
+func encodedKeys(t *testing.T, v any) []string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("encode %T: %v", v, err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%T encodes %s, not an object: %v", v, b, err)
+	}
+	return slices.Sorted(maps.Keys(m))
 }
