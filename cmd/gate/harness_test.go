@@ -136,13 +136,7 @@ func (e *env) startUnready(extra map[string]string) *gateProc { return e.startUn
 func (e *env) startUntil(extra map[string]string, probe string) *gateProc {
 	t := e.t
 	t.Helper()
-	vars := map[string]string{"GATE_HTTP_ADDR": freeAddr(t)}
-	for k, v := range e.vars {
-		vars[k] = v
-	}
-	for k, v := range extra {
-		vars[k] = v
-	}
+	vars := e.settings(extra)
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &gateProc{t: t, base: "http://" + vars["GATE_HTTP_ADDR"], log: &lockedBuffer{}, stop: cancel, done: make(chan error, 1), env: e, vars: vars}
 	go func() {
@@ -174,6 +168,19 @@ func (e *env) startUntil(extra map[string]string, probe string) *gateProc {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// settings are the variables of one more gate: e's, a free HTTP address,
+// and extra over them.
+func (e *env) settings(extra map[string]string) map[string]string {
+	vars := map[string]string{"GATE_HTTP_ADDR": freeAddr(e.t)}
+	for k, v := range e.vars {
+		vars[k] = v
+	}
+	for k, v := range extra {
+		vars[k] = v
+	}
+	return vars
 }
 
 // shutdown stops the gate like SIGTERM would and returns run's error.
