@@ -134,23 +134,98 @@ type RuleSource interface {
 	Status() RuleStatus
 }
 
-// MarshalJSON writes a limit as a rule document does: {"window":"1h","max":1}.
+// MarshalJSON writes a limit as a rule document does: {"window":"1h","max":1},
+// or {"calendar":"day","max":3} for a calendar limit.
 func (l Limit) MarshalJSON() ([]byte, error) {
+	if l.Calendar != "" {
+		return json.Marshal(struct {
+			Calendar Calendar `json:"calendar"`
+			Max      int      `json:"max"`
+		}{l.Calendar, l.Max})
+	}
 	return json.Marshal(struct {
 		Window Duration `json:"window"`
 		Max    int      `json:"max"`
 	}{Duration(l.Window), l.Max})
 }
 
-// UnmarshalJSON reads the form MarshalJSON writes.
+// UnmarshalJSON reads either form MarshalJSON writes.
 func (l *Limit) UnmarshalJSON(b []byte) error {
 	var v struct {
-		Window Duration `json:"window"`
-		Max    int      `json:"max"`
+		Window   Duration `json:"window"`
+		Calendar Calendar `json:"calendar"`
+		Max      int      `json:"max"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	*l = Limit{Window: time.Duration(v.Window), Max: v.Max}
+	*l = Limit{Window: time.Duration(v.Window), Calendar: v.Calendar, Max: v.Max}
+	return nil
+}
+
+// MarshalJSON writes quiet hours as a rule document does:
+// {"from":"22:00","to":"08:00","action":"defer"}.
+func (q QuietHours) MarshalJSON() ([]byte, error) {
+	return json.Marshal(quietHoursJSON{FormatClock(q.From), FormatClock(q.To), q.Action})
+}
+
+// UnmarshalJSON reads the form MarshalJSON writes.
+func (q *QuietHours) UnmarshalJSON(b []byte) error {
+	var v quietHoursJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	from, err := ParseClock(v.From)
+	if err != nil {
+		return err
+	}
+	to, err := ParseClock(v.To)
+	if err != nil {
+		return err
+	}
+	*q = QuietHours{From: from, To: to, Action: v.Action}
+	return nil
+}
+
+type quietHoursJSON struct {
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Action Action `json:"action"`
+}
+
+// sceneRuleFields is SceneRule without its methods, for its JSON methods to
+// embed.
+type sceneRuleFields SceneRule
+
+// MarshalJSON writes the rule's fields, and max_defer as rule-document text
+// when it is set. Rule documents set MaxDefer only on a scene that defers,
+// so the JSON, and the Version hashed from it, of every scene that does not
+// is what it was before max_defer existed; a change of max_defer changes
+// the Version.
+func (r SceneRule) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		sceneRuleFields
+		MaxDefer Duration `json:"max_defer,omitempty"`
+	}{sceneRuleFields(r), Duration(r.MaxDefer)})
+}
+
+// UnmarshalJSON reads the form MarshalJSON writes, and loads Zone from TZ.
+func (r *SceneRule) UnmarshalJSON(b []byte) error {
+	var v struct {
+		sceneRuleFields
+		MaxDefer Duration `json:"max_defer"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*r = SceneRule(v.sceneRuleFields)
+	r.MaxDefer = time.Duration(v.MaxDefer)
+	if r.TZ != "" {
+		zone, err := LoadZone(r.TZ)
+		if err != nil {
+			return err
+		}
+		r.Zone = zone
+	}
 	return nil
 }

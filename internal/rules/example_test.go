@@ -54,7 +54,7 @@ scenes:
 	fmt.Println(err)
 	// Output:
 	// rules/alerts.yaml:6:18: scenes.alert.disk_full.limits[1].window: must be positive, got "0s"
-	// rules/alerts.yaml:7:5: scenes.alert.disk_full: unknown key "on_exeed" (did you mean "on_exceed"?); allowed keys: limits, on_exceed, bypass_priorities, shadow, on_store_error
+	// rules/alerts.yaml:7:5: scenes.alert.disk_full: unknown key "on_exeed" (did you mean "on_exceed"?); allowed keys: limits, on_exceed, bypass_priorities, shadow, on_store_error, max_defer, defer_fallback, digest_group, tz, quiet_hours
 }
 
 // Format writes the canonical form of a rule set, for diffs.

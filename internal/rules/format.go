@@ -55,18 +55,44 @@ func Format(rs *gate.RuleSet) []byte {
 		if r.OnStoreError != "" && r.OnStoreError != gate.ActionRetry {
 			fmt.Fprintf(&b, "    on_store_error: %s\n", r.OnStoreError)
 		}
+		writeHold(&b, r)
 	}
 	return b.Bytes()
 }
 
 func writeLimits(b *bytes.Buffer, indent string, ls []gate.Limit) {
 	for _, l := range ls {
+		if l.Calendar != "" {
+			fmt.Fprintf(b, "%s- {calendar: %s, max: %d}\n", indent, l.Calendar, l.Max)
+			continue
+		}
 		fmt.Fprintf(b, "%s- {window: %s, max: %d}\n", indent, gate.FormatDuration(l.Window), l.Max)
 	}
 }
 
-// yamlKey writes a scene name as a YAML key: plain when that is unambiguous,
-// else double-quoted. Go's quoting is valid YAML double-quoted syntax
+// writeHold writes the keys of held messages, quiet hours and the zone,
+// each only when set: Parse fills in max_defer and defer_fallback on a
+// scene that defers, so they are written out there, as defaults are.
+func writeHold(b *bytes.Buffer, r gate.SceneRule) {
+	if r.MaxDefer != 0 {
+		fmt.Fprintf(b, "    max_defer: %s\n", gate.FormatDuration(r.MaxDefer))
+	}
+	if r.DeferFallback != "" {
+		fmt.Fprintf(b, "    defer_fallback: %s\n", r.DeferFallback)
+	}
+	if r.DigestGroup != "" {
+		fmt.Fprintf(b, "    digest_group: %s\n", yamlKey(r.DigestGroup))
+	}
+	if r.TZ != "" {
+		fmt.Fprintf(b, "    tz: %s\n", yamlKey(r.TZ))
+	}
+	if q := r.QuietHours; q != nil {
+		fmt.Fprintf(b, "    quiet_hours: {from: %q, to: %q, action: %s}\n", gate.FormatClock(q.From), gate.FormatClock(q.To), q.Action)
+	}
+}
+
+// yamlKey writes a scene name as a YAML key, or a group or zone name as a
+// value: plain when that is unambiguous, else double-quoted. Go's quoting is valid YAML double-quoted syntax
 // (\", \\, \n, \xXX, \uXXXX, \UXXXXXXXX are all YAML escapes too).
 func yamlKey(name string) string {
 	if plainName(name) {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -12,7 +13,8 @@ import (
 // FuzzParse wants Parse never to panic, every failure to be an *Error whose
 // problems all name the document, and every success to name only scenes a
 // message can carry and to survive Format: the formatted text parses back
-// to the same version. Seeds are the good and bad
+// to the same version, and so does its JSON; held-message keys are set
+// exactly on the scenes that use them. Seeds are the good and bad
 // fixtures plus testdata/fuzz/FuzzParse.
 func FuzzParse(f *testing.F) {
 	for _, pattern := range []string{"testdata/good/*.yaml", "testdata/bad/*.yaml", "../../rules/*.yaml"} {
@@ -39,11 +41,13 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		for name := range rs.Scenes {
+		for name, r := range rs.Scenes {
 			if err := gate.CheckName("scene", name, gate.MaxSceneBytes); err != nil {
 				t.Fatalf("a rule names a scene no message can carry: %v", err)
 			}
+			checkHoldRule(t, name, r)
 		}
+		checkJSONRoundTrip(t, rs)
 		out := Format(rs)
 		again, err := Parse("formatted.yaml", out)
 		if err != nil {
@@ -53,4 +57,26 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("version %s after Format, want %s\ninput:\n%s\nformatted:\n%s", again.Version, rs.Version, data, out)
 		}
 	})
+}
+
+// checkHoldRule checks what a parsed scene says about held messages: the
+// defer keys set (within bounds) exactly when the scene defers, a zone
+// loaded exactly when named, quiet hours a real span.
+func checkHoldRule(t *testing.T, name string, r gate.SceneRule) {
+	t.Helper()
+	defers := r.OnExceed == gate.ActionDefer || (r.QuietHours != nil && r.QuietHours.Action == gate.ActionDefer)
+	if defers != (r.MaxDefer > 0 && r.MaxDefer <= gate.MaxMaxDefer && r.DeferFallback != "") || (!defers && (r.MaxDefer != 0 || r.DeferFallback != "")) {
+		t.Fatalf("scene %s: defers %v with max_defer %v, defer_fallback %q", name, defers, r.MaxDefer, r.DeferFallback)
+	}
+	if (r.TZ == "") != (r.Zone == nil) {
+		t.Fatalf("scene %s: tz %q, zone %v", name, r.TZ, r.Zone)
+	}
+	if q := r.QuietHours; q != nil && (q.From == q.To || q.From < 0 || q.To < 0 || q.From >= 24*time.Hour || q.To >= 24*time.Hour) {
+		t.Fatalf("scene %s: quiet hours %+v", name, q)
+	}
+	for _, l := range r.Limits {
+		if (l.Calendar == "") == (l.Window == 0) {
+			t.Fatalf("scene %s: limit %+v has both or neither of window and calendar", name, l)
+		}
+	}
 }

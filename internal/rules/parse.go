@@ -44,8 +44,9 @@ const (
 // error messages list them.
 var (
 	topKeys   = []string{"unknown_scene", "recipient_caps", "scenes"}
-	sceneKeys = []string{"limits", "on_exceed", "bypass_priorities", "shadow", "on_store_error"}
-	limitKeys = []string{"window", "max"}
+	sceneKeys = []string{"limits", "on_exceed", "bypass_priorities", "shadow", "on_store_error",
+		"max_defer", "defer_fallback", "digest_group", "tz", "quiet_hours"}
+	limitKeys = []string{"window", "calendar", "max"}
 )
 
 // priorityOrder is the order bypass_priorities are normalized to: by rank,
@@ -70,8 +71,9 @@ func Parse(name string, data []byte) (*gate.RuleSet, error) {
 // document may define scenes; each top-level key other than scenes may be set
 // in one document only, and a scene may be defined in one document only:
 // otherwise which definition wins would depend on file names, so the whole
-// set is rejected instead. The result is normalized (limits sorted by window,
-// bypass priorities by rank, defaults filled in) and carries its Version.
+// set is rejected instead. The result is normalized (rolling limits sorted by
+// window, then calendar limits, day before week; bypass priorities by rank;
+// defaults filled in) and carries its Version.
 // Every error is an *Error.
 func Merge(docs ...Doc) (*gate.RuleSet, error) {
 	m := &merger{
@@ -120,13 +122,12 @@ func missingScenes(docs []Doc) *Problem {
 // normalize puts equal rules in equal form, so they hash to the same
 // version and format to the same text.
 func normalize(rs *gate.RuleSet) {
-	byWindow := func(a, b gate.Limit) int { return cmp.Compare(a.Window, b.Window) }
 	if len(rs.RecipientCaps) == 0 {
 		rs.RecipientCaps = nil
 	}
-	slices.SortFunc(rs.RecipientCaps, byWindow)
+	slices.SortFunc(rs.RecipientCaps, limitOrder)
 	for name, r := range rs.Scenes {
-		slices.SortFunc(r.Limits, byWindow)
+		slices.SortFunc(r.Limits, limitOrder)
 		if len(r.BypassPriorities) == 0 {
 			r.BypassPriorities = nil
 		}
@@ -464,19 +465,25 @@ func (p *docParser) sceneName(k *yaml.Node) bool {
 	if isNull(k) {
 		name = ""
 	}
-	field := "scene name" // quoted when that helps find it: not empty, not huge
+	if reason := nameProblem("scene name", name); reason != "" {
+		p.failf(k, "scenes", "%s", reason)
+		return false
+	}
+	return true
+}
+
+// nameProblem is why name, called what, cannot name a scene (or a group of
+// scenes), or "" when it can.
+func nameProblem(what, name string) string {
+	field := what // quoted when that helps find it: not empty, not huge
 	if name != "" && len(name) <= gate.MaxSceneBytes {
-		field = fmt.Sprintf("scene name %q", name)
+		field = fmt.Sprintf("%s %q", what, name)
 	}
 	reason := gate.InvalidReason(gate.CheckName(field, name, gate.MaxSceneBytes))
 	if reason == "" && strings.IndexFunc(name, unicode.IsSpace) >= 0 {
 		reason = field + " contains whitespace"
 	}
-	if reason == "" {
-		return true
-	}
-	p.failf(k, "scenes", "%s", reason)
-	return false
+	return reason
 }
 
 func (p *docParser) scene(n *yaml.Node, path string) gate.SceneRule {
@@ -495,45 +502,58 @@ func (p *docParser) scene(n *yaml.Node, path string) gate.SceneRule {
 				p.failf(f.val, fp, "a scene needs at least one limit, such as [{window: 1h, max: 1}]")
 			}
 		case "on_exceed":
-			rule.OnExceed = p.action(f.val, fp, gate.ActionSuppress, gate.ActionDrop)
+			rule.OnExceed = p.action(f.val, fp, gate.ActionSuppress, gate.ActionDrop, gate.ActionDefer, gate.ActionDigest)
 		case "bypass_priorities":
 			rule.BypassPriorities = p.priorities(f.val, fp)
 		case "shadow":
 			rule.Shadow = p.boolean(f.val, fp)
 		case "on_store_error":
 			rule.OnStoreError = p.action(f.val, fp, gate.ActionRetry, gate.ActionForward)
+		default:
+			p.holdKey(f, fp, &rule)
 		}
 	}
+	p.holdDefaults(path, fields, &rule)
 	return rule
 }
 
-// limits reads a list of {window, max}. Two limits on one window would be
-// redundant at best and contradictory at worst, so they are rejected.
+// limits reads a list of {window, max} and {calendar, max}. Two limits on
+// one window or calendar period would be redundant at best and contradictory
+// at worst, so they are rejected.
 func (p *docParser) limits(n *yaml.Node, path string) []gate.Limit {
 	items := p.sequence(n, path, "[{window: 1h, max: 1}]")
 	out := make([]gate.Limit, 0, len(items))
-	first := map[time.Duration]int{}
+	first := map[gate.Limit]int{} // by window and calendar; Max is zero
 	for i, item := range items {
 		ip := fmt.Sprintf("%s[%d]", path, i)
 		l, wn, ok := p.limit(item, ip)
 		if !ok {
 			continue
 		}
-		if j, dup := first[l.Window]; dup {
-			p.failf(wn, ip+".window", "%s is already limited by %s[%d] at line %d: give each window one limit",
-				gate.FormatDuration(l.Window), path, j, items[j].Line)
+		key := gate.Limit{Window: l.Window, Calendar: l.Calendar}
+		if j, dup := first[key]; dup {
+			what, sub, each := gate.FormatDuration(l.Window), ".window", "window"
+			if l.Calendar != "" {
+				what, sub, each = string(l.Calendar), ".calendar", "calendar period"
+			}
+			p.failf(wn, ip+sub, "%s is already limited by %s[%d] at line %d: give each %s one limit",
+				what, path, j, items[j].Line, each)
 			continue
 		}
-		first[l.Window] = i
+		first[key] = i
 		out = append(out, l)
 	}
 	return out
 }
 
-// limit reads one {window, max}; wn is the window's node, for messages.
+// limit reads one {window, max} or {calendar, max}; wn is the window's or
+// calendar's node, for messages.
 func (p *docParser) limit(n *yaml.Node, path string) (l gate.Limit, wn *yaml.Node, ok bool) {
 	fields, ok := p.mapping(n, path, limitKeys)
-	if !ok || !p.require(n, path, fields, limitKeys...) {
+	if !ok {
+		return l, nil, false
+	}
+	if okP, okR := p.period(n, path, fields), p.require(n, path, fields, "max"); !okP || !okR {
 		return l, nil, false
 	}
 	okW, okM := false, false
@@ -542,6 +562,9 @@ func (p *docParser) limit(n *yaml.Node, path string) (l gate.Limit, wn *yaml.Nod
 		case "window":
 			wn = f.val
 			l.Window, okW = p.window(f.val, path+".window")
+		case "calendar":
+			wn = f.val
+			l.Calendar, okW = p.calendar(f.val, path+".calendar")
 		case "max":
 			l.Max, okM = p.max(f.val, path+".max")
 		}
@@ -550,7 +573,13 @@ func (p *docParser) limit(n *yaml.Node, path string) (l gate.Limit, wn *yaml.Nod
 }
 
 func (p *docParser) window(n *yaml.Node, path string) (time.Duration, bool) {
-	if !p.scalar(n, path, "a duration such as 90s, 1h or 7d") {
+	return p.duration(n, path, "a duration such as 90s, 1h or 7d", MinWindow, MaxWindow)
+}
+
+// duration reads a positive duration from lo to hi; want is an example for
+// the message when the value is not text.
+func (p *docParser) duration(n *yaml.Node, path, want string, lo, hi time.Duration) (time.Duration, bool) {
+	if !p.scalar(n, path, want) {
 		return 0, false
 	}
 	d, err := gate.ParseDuration(n.Value)
@@ -559,10 +588,10 @@ func (p *docParser) window(n *yaml.Node, path string) (time.Duration, bool) {
 		p.fail(n, path, err)
 	case d <= 0:
 		p.failf(n, path, "must be positive, got %q", n.Value)
-	case d < MinWindow:
-		p.failf(n, path, "must be at least %s, got %q", gate.FormatDuration(MinWindow), n.Value)
-	case d > MaxWindow:
-		p.failf(n, path, "must be at most %s, got %q", gate.FormatDuration(MaxWindow), n.Value)
+	case d < lo:
+		p.failf(n, path, "must be at least %s, got %q", gate.FormatDuration(lo), n.Value)
+	case d > hi:
+		p.failf(n, path, "must be at most %s, got %q", gate.FormatDuration(hi), n.Value)
 	default:
 		return d, true
 	}
