@@ -26,6 +26,17 @@
 //     aliases, let a small document expand into a large one.
 //   - Windows run from 1ms to 366d; max is a whole number from 1 to 1000000;
 //     two limits of one scene (or of recipient_caps) may not share a window.
+//   - A limit counts in a rolling window or a calendar period (day or ISO
+//     week), never both; two calendar limits may not share a period.
+//     Calendar periods run in the scene's tz (UTC when left out), or the
+//     message's own zone; recipient_caps have no tz of their own and use the
+//     message's zone or UTC.
+//   - max_defer and defer_fallback are filled in (24h, suppress) on a scene
+//     that defers (on_exceed: defer, or quiet_hours action: defer), and
+//     rejected on any other, as digest_group is on a scene that sends no
+//     digest: a key that nothing reads is a mistake to report, not ignore.
+//   - An unknown tz makes the document invalid: counting in UTC instead
+//     would be silently wrong all day.
 //   - The version is a content hash of the normalized rules, so equal rules
 //     have equal versions whatever their formatting, file split or source.
 //
