@@ -4,10 +4,19 @@
 -- Per message, in order: two KEYS and its ARGV.
 -- KEYS  scene window  <prefix>:{<recipient>}:s:<scene>  ZSET member=hash(id) score=ms
 --       cap window    <prefix>:{<recipient>}:c          ZSET member=hash(id) score=ms
--- ARGV  member, force (0|1), #limits, #caps, then (window_ms, max) pairs: limits, then caps
+-- ARGV  member, flags, #limits, #caps, then (window, max) pairs: limits, then caps,
+--       then #periods triples (start_ms, end_ms, end2_ms)
+-- flags is force (0|1) + 2 * #periods: a message with rolling limits only sends 0 or 1 and
+-- no triples, and costs what it did before calendar limits. A rolling limit's window is
+-- in ms; a calendar limit's is -k, naming triple k: two consecutive calendar periods
+-- [start, end) and [end, end2) that the gate computed from its own clock, since Lua
+-- knows no time zones. The script counts in whichever holds its own now.
 --
--- Returns one reply per message: {now_ms, 1} admitted, {now_ms, 2} duplicate, or
--- {now_ms, 0, scope (1 scene, 2 recipient), limit index (0-based), count, next_allowed_ms}.
+-- Returns one reply per message: {now_ms, 1} admitted, {now_ms, 2} duplicate,
+-- {now_ms, 0, scope (1 scene, 2 recipient), limit index (0-based), count, next_allowed_ms},
+-- or {now_ms, 3} when now lies in neither period of a triple: the clocks of Redis and the
+-- gate disagree by about a period, and nothing of the message was counted.
+--
 -- On Redis Cluster a call holds one message (its two keys share a slot); on one Redis it
 -- holds a run of them, which saves the per-call cost of EVALSHA and TIME.
 --
@@ -19,20 +28,43 @@
 -- every window are not removed one call at a time: the trim to the newest K
 -- (the largest max) pushes them out, or the key expires with them. They never
 -- count, since counts and the duplicate check look only at scores inside the
--- windows. A rejected message writes nothing.
+-- windows and periods. A key lives one second past its longest window or the
+-- end of its latest calendar period. A rejected message writes nothing.
 
 local READ = 16
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
--- span returns the longest window and the largest max of n pairs from ARGV[at].
-local function span(at, n)
-  local w, k = 0, 0
+-- span returns, over the n pairs from ARGV[at], the earliest score any of them counts, how
+-- long past now one of them still needs its members (ms), and the largest max. per holds
+-- the message's calendar periods.
+local function span(at, n, per)
+  local from, keep, k = now + 1, 0, 0
   for i = at, at + 2 * (n - 1), 2 do
-    w = math.max(w, tonumber(ARGV[i]))
+    local w = tonumber(ARGV[i])
+    if w < 0 then
+      local p = per[-w]
+      from, keep = math.min(from, p[1]), math.max(keep, p[2] - now)
+    else
+      from, keep = math.min(from, now - w + 1), math.max(keep, w)
+    end
     k = math.max(k, tonumber(ARGV[i + 1]))
   end
-  return w, k
+  return from, keep, k
+end
+
+-- periods returns the {start, end} of the nb triples from ARGV[at] that hold now, or nil
+-- when one does not.
+local function periods(at, nb)
+  local per = {}
+  for b = 1, nb do
+    local i = at + 3 * (b - 1)
+    local s, e = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+    if now >= e then s, e = e, tonumber(ARGV[i + 2]) end
+    if now < s or now >= e then return nil end
+    per[b] = {s, e}
+  end
+  return per
 end
 
 -- window reads the newest members of key: {member, score, ...} newest first,
@@ -42,31 +74,38 @@ local function window(key)
   return got, #got < 2 * READ
 end
 
--- decide decides the message whose keys are skey and ckey and whose ARGV starts at a.
-local function decide(skey, ckey, a)
-  local id, force = ARGV[a], ARGV[a + 1] == '1'
+-- decide decides the message whose keys are skey and ckey and whose ARGV starts at a,
+-- with nb period triples.
+local function decide(skey, ckey, a, force, nb)
+  local id = ARGV[a]
   local ns, nc = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   if ns + nc == 0 then
     return {now, 1} -- nothing limits the message, so nothing is kept
   end
   local first, capfirst = a + 4, a + 4 + 2 * ns
+  local per
+  if nb > 0 then
+    per = periods(capfirst + 2 * nc, nb)
+    if per == nil then return {now, 3} end
+  end
 
   -- A scene without limits still keeps its ids (for duplicates) as long as the caps need them.
-  local sw, sk
-  if ns > 0 then sw, sk = span(first, ns) else sw, sk = span(capfirst, nc) end
+  local sfrom, skeep, sk
+  if ns > 0 then sfrom, skeep, sk = span(first, ns, per) else sfrom, skeep, sk = span(capfirst, nc, per) end
   local sgot, swhole = window(skey)
   local dup = nil
   for i = 1, #sgot, 2 do
     if sgot[i] == id then dup = sgot[i + 1] break end
   end
   if dup == nil and not swhole then dup = redis.call('ZSCORE', skey, id) end
-  if dup and tonumber(dup) > now - sw then
+  if dup and tonumber(dup) >= sfrom then
     return {now, 2}
   end
 
-  local cw, ck, cgot, cwhole = 0, 0, {}, true
+  local ckeep, ck, cgot, cwhole = 0, 0, {}, true
   if nc > 0 then
-    cw, ck = span(capfirst, nc)
+    local _
+    _, ckeep, ck = span(capfirst, nc, per)
     if not force then cgot, cwhole = window(ckey) end
   end
 
@@ -76,20 +115,26 @@ local function decide(skey, ckey, a)
     local function check(key, got, whole, at, n, scope)
       for j = 0, n - 1 do
         local w, m = tonumber(ARGV[at + 2 * j]), tonumber(ARGV[at + 2 * j + 1])
+        -- A rolling limit counts the scores after now - w; a calendar limit those of its
+        -- period, and reopens when the period ends.
+        local from, reopen = now - w + 1, nil
+        if w < 0 then from, reopen = per[-w][1], per[-w][2] end
         local c = 0
-        while 2 * c < #got and tonumber(got[2 * c + 2]) > now - w do c = c + 1 end
+        while 2 * c < #got and tonumber(got[2 * c + 2]) >= from do c = c + 1 end
         if 2 * c == #got and not whole then
-          c = redis.call('ZCOUNT', key, '(' .. (now - w), '+inf')
+          c = redis.call('ZCOUNT', key, from, '+inf')
         end
         if c >= m then
-          -- The window reopens when the m-th newest member leaves it.
-          local at_m
-          if 2 * m <= #got then
-            at_m = got[2 * m]
-          else
-            at_m = redis.call('ZREVRANGE', key, m - 1, m - 1, 'WITHSCORES')[2]
+          if reopen == nil then
+            -- The window reopens when the m-th newest member leaves it.
+            local at_m
+            if 2 * m <= #got then
+              at_m = got[2 * m]
+            else
+              at_m = redis.call('ZREVRANGE', key, m - 1, m - 1, 'WITHSCORES')[2]
+            end
+            reopen = tonumber(at_m) + w
           end
-          local reopen = tonumber(at_m) + w
           if worst == nil or reopen > worst[6] then
             worst = {now, 0, scope, j, c, reopen}
           end
@@ -119,18 +164,21 @@ local function decide(skey, ckey, a)
     end
     if #victims > 0 then redis.call('ZREM', skey, unpack(victims)) end
   end
-  redis.call('PEXPIRE', skey, sw + margin)
+  redis.call('PEXPIRE', skey, skeep + margin)
   if nc > 0 then
     local ccard = #cgot / 2 + redis.call('ZADD', ckey, now, id)
     if ccard > ck or not cwhole or force then redis.call('ZREMRANGEBYRANK', ckey, 0, -(ck + 1)) end
-    redis.call('PEXPIRE', ckey, cw + margin)
+    redis.call('PEXPIRE', ckey, ckeep + margin)
   end
   return {now, 1}
 end
 
 local out, a = {}, 1
 for m = 1, #KEYS / 2 do
-  out[m] = decide(KEYS[2 * m - 1], KEYS[2 * m], a)
-  a = a + 4 + 2 * (tonumber(ARGV[a + 2]) + tonumber(ARGV[a + 3]))
+  local flags = tonumber(ARGV[a + 1])
+  local force = flags % 2
+  local nb = (flags - force) / 2
+  out[m] = decide(KEYS[2 * m - 1], KEYS[2 * m], a, force == 1, nb)
+  a = a + 4 + 2 * (tonumber(ARGV[a + 2]) + tonumber(ARGV[a + 3])) + 3 * nb
 end
 return out

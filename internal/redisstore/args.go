@@ -3,6 +3,8 @@ package redisstore
 import (
 	"crypto/sha256"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -13,18 +15,28 @@ type call struct {
 	lo, hi int
 	keys   []string
 	args   []any
+	// clock is the gate's time the calendar periods in args were computed
+	// from; zero when the batch has no calendar limits.
+	clock time.Time
 }
 
 // buildCalls turns a batch into script calls of up to perCall requests
 // each. It is on the hot path: the keys and arguments of the whole batch
-// share one allocation each.
+// share one allocation each, and the gate's clock is read only when a
+// request has calendar limits.
 func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) ([]call, error) {
-	nargs := 0
+	nargs, clock := 0, false
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
 			return nil, fmt.Errorf("admit: request %d (id %q): %w", i, reqs[i].ID, err)
 		}
-		nargs += 4 + 2*(len(reqs[i].Limits)+len(reqs[i].Caps))
+		_, nc := calendarsOf(&reqs[i])
+		nargs += 4 + 2*(len(reqs[i].Limits)+len(reqs[i].Caps)) + 3*nc
+		clock = clock || nc > 0
+	}
+	var now time.Time
+	if clock {
+		now = s.now()
 	}
 	perCall = max(perCall, 1)
 	calls := make([]call, 0, (len(reqs)+perCall-1)/perCall)
@@ -37,28 +49,72 @@ func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) ([]call, error
 			r := &reqs[i]
 			escaped := escape(r.Recipient)
 			keys[2*i], keys[2*i+1] = s.sceneKey(escaped, r.Scene), s.capKey(escaped)
-			args = appendArgs(args, r)
+			args = appendArgs(args, r, now)
 		}
-		calls = append(calls, call{lo: lo, hi: hi, keys: keys[2*lo : 2*hi : 2*hi], args: args[start:len(args):len(args)]})
+		calls = append(calls, call{lo: lo, hi: hi, keys: keys[2*lo : 2*hi : 2*hi], args: args[start:len(args):len(args)], clock: now})
 	}
 	return calls, nil
 }
 
-// appendArgs appends the ARGV of admit.lua: member, force, #limits, #caps,
-// then (window_ms, max) pairs, limits first.
-func appendArgs(args []any, r *gate.AdmitRequest) []any {
-	force := 0
+// appendArgs appends the ARGV of admit.lua: member, flags, #limits, #caps,
+// then (window, max) pairs, limits first, then a triple of period bounds
+// per calendar the limits name. now is the gate's clock, read when r has
+// calendar limits. A request without calendar limits sends what it sent
+// before they existed.
+func appendArgs(args []any, r *gate.AdmitRequest, now time.Time) []any {
+	cals, nc := calendarsOf(r)
+	flags := 2 * nc
 	if r.Force {
-		force = 1
+		flags++
 	}
-	args = append(args, member(r.ID), force, len(r.Limits), len(r.Caps))
-	for _, l := range r.Limits {
-		args = append(args, l.WindowMillis(), l.Max)
+	args = append(args, member(r.ID), flags, len(r.Limits), len(r.Caps))
+	for _, set := range [2][]gate.Limit{r.Limits, r.Caps} {
+		for _, l := range set {
+			if l.Calendar == "" {
+				args = append(args, l.WindowMillis(), l.Max)
+			} else {
+				args = append(args, -1-slices.Index(cals[:nc], l.Calendar), l.Max)
+			}
+		}
 	}
-	for _, l := range r.Caps {
-		args = append(args, l.WindowMillis(), l.Max)
+	for _, c := range cals[:nc] {
+		start, end, end2 := periods(c, now, r.Zone)
+		args = append(args, start, end, end2)
 	}
 	return args
+}
+
+// calendarsOf lists the calendars r's limits and caps count in, in the
+// order they first appear: the script's period triples. A valid request
+// names day and week only.
+func calendarsOf(r *gate.AdmitRequest) (cals [2]gate.Calendar, n int) {
+	for _, set := range [2][]gate.Limit{r.Limits, r.Caps} {
+		for _, l := range set {
+			if l.Calendar != "" && slices.Index(cals[:n], l.Calendar) < 0 && n < len(cals) {
+				cals[n] = l.Calendar
+				n++
+			}
+		}
+	}
+	return cals, n
+}
+
+// storeLag is how far the store's clock may run behind the gate's for
+// calendar limits: the periods sent start with the one holding the gate's
+// clock less storeLag. The store's clock may also run ahead of the gate's
+// by a period less storeLag (22 hours at least, on a 23-hour day) before
+// the script finds now in neither period.
+const storeLag = time.Hour
+
+// periods returns, in Unix ms, the start and end of the period of c that
+// holds now-storeLag in loc (nil is UTC), and the end of the period after
+// it: the script counts in [start, end) or [end, end2), whichever holds the
+// store's clock. Lua has no time zones, so the gate computes both.
+func periods(c gate.Calendar, now time.Time, loc *time.Location) (start, end, end2 int64) {
+	l := gate.Limit{Calendar: c}
+	s, e := l.Period(now.Add(-storeLag), loc)
+	_, e2 := l.Period(e, loc)
+	return s.UnixMilli(), e.UnixMilli(), e2.UnixMilli()
 }
 
 // memberBytes is the length of a window member: the first bytes of the

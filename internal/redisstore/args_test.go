@@ -28,9 +28,9 @@ func TestBuildCalls(t *testing.T) {
 		perCall int
 		want    []call
 	}{
-		{1, []call{{0, 1, ka, aa}, {1, 2, kb, ab}, {2, 3, kc, ac}}},
-		{2, []call{{0, 2, concat(ka, kb), concat(aa, ab)}, {2, 3, kc, ac}}},
-		{64, []call{{0, 3, concat(ka, kb, kc), concat(aa, ab, ac)}}},
+		{1, []call{{lo: 0, hi: 1, keys: ka, args: aa}, {lo: 1, hi: 2, keys: kb, args: ab}, {lo: 2, hi: 3, keys: kc, args: ac}}},
+		{2, []call{{lo: 0, hi: 2, keys: concat(ka, kb), args: concat(aa, ab)}, {lo: 2, hi: 3, keys: kc, args: ac}}},
+		{64, []call{{lo: 0, hi: 3, keys: concat(ka, kb, kc), args: concat(aa, ab, ac)}}},
 	}
 	for _, tt := range tests {
 		calls, err := s.buildCalls(reqs, tt.perCall)

@@ -17,8 +17,15 @@
 // scores the admission time in Unix milliseconds. A '}' or '%' in a recipient
 // is percent-escaped so that no two recipients share a key. A set holds at
 // most the largest Max of its limits and expires one second after its longest
-// window; members older than every window are not removed one by one but
-// pushed out by newer ones or dropped with the key, and never counted.
+// window, or after the end of its latest calendar period; members older than
+// every window and period are not removed one by one but pushed out by newer
+// ones or dropped with the key, and never counted.
+//
+// Calendar limits (a day or an ISO week in the request's zone) are decided on
+// the Redis clock too. Lua has no time zones, so the adapter computes two
+// consecutive periods from the gate's clock (the one holding it less an
+// hour, and the next) and the script counts in whichever holds TIME. Clocks
+// that disagree by about a period fail the request as unavailable.
 //
 // It imports the standard library, internal/gate and go-redis only; it never
 // imports another adapter.

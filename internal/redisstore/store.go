@@ -48,6 +48,9 @@ type Store struct {
 	prefix  string
 	timeout time.Duration
 	perCall int // requests per EVALSHA: a run on one Redis, one on a cluster
+	// now is the gate's clock, read only to compute the calendar periods
+	// the script chooses from; decisions stay on the Redis clock.
+	now func() time.Time
 }
 
 // perCallSingle is how many requests one EVALSHA decides on a single Redis
@@ -86,7 +89,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if _, single := client.(*redis.Client); single {
 		perCall = perCallSingle
 	}
-	return &Store{client: client, prefix: opts.KeyPrefix, timeout: opts.Timeout, perCall: perCall}, nil
+	return &Store{client: client, prefix: opts.KeyPrefix, timeout: opts.Timeout, perCall: perCall, now: time.Now}, nil
 }
 
 // contextTimeoutEnabled reports whether the client honours context
@@ -130,9 +133,17 @@ var escaper = strings.NewReplacer("%", "%25", "}", "%7D")
 
 // Admit decides reqs in order in one round trip (two when the script must be
 // loaded first). See gate.WindowStore. Every error but a malformed request
-// wraps gate.ErrUnavailable. A malformed request (no id, recipient or scene,
-// a window under 1ms, a max under 1) fails the whole batch before anything
-// is sent: no rule document that validates can produce one.
+// wraps gate.ErrUnavailable. A malformed request (see
+// gate.AdmitRequest.Validate) fails the whole batch before anything is
+// sent: no rule document that validates can produce one.
+//
+// A calendar limit counts in the period of gate.Limit.Period, in the
+// request's Zone, that holds the Redis clock. The periods come from this
+// process's clock (Lua has no time zones); when the two clocks disagree by
+// about a period (see storeLag), the request is not decided and Admit
+// returns an error that wraps gate.ErrUnavailable, naming both clocks'
+// times: the requests of the batch before it may have been recorded, as on
+// any transient error.
 func (s *Store) Admit(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.AdmitResult, error) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -201,7 +212,7 @@ func (s *Store) run(ctx context.Context, reqs []gate.AdmitRequest, calls []call,
 			if !ok {
 				return nil, fmt.Errorf("script reply %d: %T, not an array", k, r)
 			}
-			if results[c.lo+k], err = decode(reply, &reqs[c.lo+k]); err != nil {
+			if results[c.lo+k], err = decode(reply, &reqs[c.lo+k], c.clock); err != nil {
 				return nil, err
 			}
 		}
@@ -209,8 +220,13 @@ func (s *Store) run(ctx context.Context, reqs []gate.AdmitRequest, calls []call,
 	return noScript, nil
 }
 
-// decode turns the script's reply into a result; see admit.lua.
-func decode(reply []any, req *gate.AdmitRequest) (gate.AdmitResult, error) {
+// errClockSkew is the error of a request whose calendar periods, computed
+// from the gate's clock, do not hold the Redis clock.
+var errClockSkew = errors.New("the clocks of Redis and the gate disagree by about a calendar period")
+
+// decode turns the script's reply into a result; see admit.lua. gateNow is
+// the gate's clock the call's calendar periods were computed from.
+func decode(reply []any, req *gate.AdmitRequest, gateNow time.Time) (gate.AdmitResult, error) {
 	var n [6]int64
 	if len(reply) < 2 || len(reply) > len(n) {
 		return gate.AdmitResult{}, fmt.Errorf("script reply %v: %d elements", reply, len(reply))
@@ -230,6 +246,9 @@ func decode(reply []any, req *gate.AdmitRequest) (gate.AdmitResult, error) {
 	case n[1] == 2:
 		res.Admitted, res.Duplicate = true, true
 		return res, nil
+	case n[1] == 3:
+		return gate.AdmitResult{}, fmt.Errorf("%w: Redis reads %s, outside the calendar periods computed from this gate's clock at %s",
+			errClockSkew, res.Now.Format(time.RFC3339Nano), gateNow.UTC().Format(time.RFC3339Nano))
 	case n[1] != 0 || len(reply) != len(n):
 		return gate.AdmitResult{}, fmt.Errorf("script reply %v: unknown shape", reply)
 	}

@@ -267,32 +267,59 @@ func TestKeys(t *testing.T) {
 }
 
 // TestMemoryPerWindow reports what one (recipient, scene) window costs in
-// Redis for the rule {1/h, 3/24h} holding 3 members with 36-character ids.
+// Redis holding 3 members with 36-character ids: for the rule {1/h, 3/24h},
+// and for {1/h, 3/day} in Asia/Shanghai, whose key must also live until the
+// day ends.
 func TestMemoryPerWindow(t *testing.T) {
 	raw := newClient(t)
 	s := newStore(t, raw, newPrefix(t, raw))
 	ctx := context.Background()
-	r := "open_id:ou_" + strings.Repeat("7", 32)
-	reqs := make([]gate.AdmitRequest, 3)
-	for i := range reqs {
-		id := testenv.Unique("m")
-		id += strings.Repeat("0", 36-len(id))
-		reqs[i] = gate.AdmitRequest{ID: id[:36], Recipient: r, Scene: "alert.disk_full", Force: true,
-			Limits: []gate.Limit{{Window: time.Hour, Max: 1}, {Window: 24 * time.Hour, Max: 3}}}
-	}
-	if _, err := s.Admit(ctx, reqs); err != nil {
+	sh, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
 		t.Fatal(err)
 	}
-	key := s.SceneKey(r, "alert.disk_full")
-	n, err := raw.MemoryUsage(ctx, key).Result()
-	if err != nil {
-		t.Fatalf("MEMORY USAGE: %v", err)
-	}
-	if card := raw.ZCard(ctx, key).Val(); card != 3 {
-		t.Fatalf("ZCARD = %d, want 3", card)
-	}
-	t.Logf("MEMORY USAGE %s = %d bytes (3 members: ids of 36 bytes, kept as hashes of %d)", key, n, memberBytes)
-	if n > 512 {
-		t.Errorf("window takes %d bytes, want a small listpack (under 512)", n)
+	for _, tc := range []struct {
+		scene  string
+		limits []gate.Limit
+	}{
+		{"alert.disk_full", []gate.Limit{{Window: time.Hour, Max: 1}, {Window: 24 * time.Hour, Max: 3}}},
+		{"alert.daily", []gate.Limit{{Window: time.Hour, Max: 1}, {Calendar: gate.CalendarDay, Max: 3}}},
+	} {
+		r := "open_id:ou_" + strings.Repeat("7", 32)
+		reqs := make([]gate.AdmitRequest, 3)
+		for i := range reqs {
+			id := testenv.Unique("m")
+			id += strings.Repeat("0", 36-len(id))
+			reqs[i] = gate.AdmitRequest{ID: id[:36], Recipient: r, Scene: tc.scene, Force: true, Limits: tc.limits, Zone: sh}
+		}
+		res, err := s.Admit(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := s.SceneKey(r, tc.scene)
+		n, err := raw.MemoryUsage(ctx, key).Result()
+		if err != nil {
+			t.Fatalf("MEMORY USAGE: %v", err)
+		}
+		if card := raw.ZCard(ctx, key).Val(); card != 3 {
+			t.Fatalf("ZCARD = %d, want 3", card)
+		}
+		t.Logf("MEMORY USAGE %s = %d bytes (3 members: ids of 36 bytes, kept as hashes of %d)", key, n, memberBytes)
+		if n > 250 {
+			t.Errorf("%s: window takes %d bytes, want at most 250", tc.scene, n)
+		}
+		// The key outlives its longest limit by the margin of one second.
+		keep := 24 * time.Hour
+		if tc.limits[1].Calendar != "" {
+			_, end := tc.limits[1].Period(res[2].Now, sh)
+			keep = end.Sub(res[2].Now)
+		}
+		ttl, err := raw.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatalf("PTTL: %v", err)
+		}
+		if ttl > keep+time.Second || ttl < keep {
+			t.Errorf("%s: PTTL = %v, want between %v and %v", tc.scene, ttl, keep, keep+time.Second)
+		}
 	}
 }
