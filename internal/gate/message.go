@@ -80,6 +80,7 @@ type envelope struct {
 	ReceiveIDType *string `json:"receive_id_type"`
 	ReceiveID     *string `json:"receive_id"`
 	Priority      *string `json:"priority"`
+	TZ            *string `json:"tz"`
 }
 
 // ParseMessage decodes an envelope. headerID is the Nats-Msg-Id header, used
@@ -87,7 +88,18 @@ type envelope struct {
 // DefaultMaxMessageBytes. Every error is an *InvalidError: the message can
 // never be decided and must be dead-lettered, not retried. On error the
 // returned Message carries at most the scene, when it was readable.
+//
+// The tz field, when not empty, must name an IANA time zone (LoadZone):
+// Message.TZ is it and Message.Zone it loaded. An unknown zone is invalid,
+// not UTC: a quiet span or a calendar day in the wrong zone would be wrong
+// for that recipient every day, and nothing would say so.
 func ParseMessage(data []byte, headerID string, maxBytes int) (Message, error) {
+	return parseMessage(data, headerID, "", maxBytes)
+}
+
+// parseMessage is ParseMessage with the Gate-TZ header, which wins over the
+// body's tz when set.
+func parseMessage(data []byte, headerID, headerTZ string, maxBytes int) (Message, error) {
 	if err := checkBody(data, maxBytes, "UTF-8 JSON"); err != nil {
 		return Message{}, err
 	}
@@ -127,6 +139,14 @@ func ParseMessage(data []byte, headerID string, maxBytes int) (Message, error) {
 	if m.Priority, err = parsePriority("priority", deref(env.Priority)); err != nil {
 		return scene, err
 	}
+	tzField, tz := "tz", deref(env.TZ)
+	if headerTZ != "" {
+		tzField, tz = TZHeader+" header", headerTZ
+	}
+	if m.Zone, err = parseZone(tzField, tz); err != nil {
+		return scene, err
+	}
+	m.TZ = tz
 	return m, nil
 }
 
@@ -160,6 +180,19 @@ func checkReceiveIDType(where, typ string) error {
 		return nil
 	}
 	return invalidf("%sreceive_id_type %q is not one of open_id, user_id, union_id, email, chat_id", where, clip(typ))
+}
+
+// parseZone loads the time zone named name: nil when v is empty, an
+// *InvalidError that names the field when it is unknown.
+func parseZone(name, v string) (*time.Location, error) {
+	if v == "" {
+		return nil, nil
+	}
+	loc, err := LoadZone(v)
+	if err != nil {
+		return nil, invalidf("%s %q is an unknown time zone: want an IANA name such as Asia/Shanghai", name, clip(v))
+	}
+	return loc, nil
 }
 
 // parsePriority reads the priority named name: empty means normal.
@@ -212,6 +245,9 @@ const (
 	SceneHeader     = "Gate-Scene"
 	RecipientHeader = "Gate-Recipient" // receive_id_type:receive_id
 	PriorityHeader  = "Gate-Priority"
+	// TZHeader names the recipient's IANA time zone, as the tz field does;
+	// it wins over the tz field when both are set.
+	TZHeader = "Gate-TZ"
 )
 
 // ParseDelivery parses a delivered message. maxBytes is as for ParseMessage.
@@ -222,7 +258,9 @@ const (
 // fast path. The headers are trusted; whatever the body says about id,
 // scene, recipient or priority is not read. Gate-Recipient is
 // receive_id_type:receive_id, cut at the first ':', both parts required;
-// Gate-Priority is optional. Header values are held to the checks of the
+// Gate-Priority and Gate-TZ are optional. Since the body is not decoded on
+// this path, its tz field is not read either: only Gate-TZ gives such a
+// message a zone of its own. Header values are held to the checks of the
 // body's fields (CheckName for the id, scene and receive_id, the known
 // values for the id type and priority), and an invalid one gives an
 // *InvalidError naming the header; a header is any bytes a producer sent,
@@ -230,10 +268,11 @@ const (
 // not as JSON, as every body is first: within maxBytes, not empty, valid
 // UTF-8 without NUL bytes. Raw is d.Data, untouched.
 //
-// Otherwise it is ParseMessage(d.Data, d.HeaderID, maxBytes).
+// Otherwise it is ParseMessage(d.Data, d.HeaderID, maxBytes), except that a
+// Gate-TZ header wins over the body's tz field (which is then not read).
 func ParseDelivery(d Delivery, maxBytes int) (Message, error) {
 	if d.HeaderID == "" || d.HeaderScene == "" || d.HeaderRecipient == "" {
-		return ParseMessage(d.Data, d.HeaderID, maxBytes)
+		return parseMessage(d.Data, d.HeaderID, d.HeaderTZ, maxBytes)
 	}
 	data := d.Data
 	if err := checkBody(data, maxBytes, "UTF-8"); err != nil {
@@ -262,5 +301,9 @@ func ParseDelivery(d Delivery, maxBytes int) (Message, error) {
 	if m.Priority, err = parsePriority(PriorityHeader+" header", d.HeaderPriority); err != nil {
 		return scene, err
 	}
+	if m.Zone, err = parseZone(TZHeader+" header", d.HeaderTZ); err != nil {
+		return scene, err
+	}
+	m.TZ = d.HeaderTZ
 	return m, nil
 }

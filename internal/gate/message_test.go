@@ -8,11 +8,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
 func TestParseMessage(t *testing.T) {
 	long := strings.Repeat("x", MaxIDBytes+1)
+	shanghai := mustZone(t, "Asia/Shanghai")
 	tests := []struct {
 		name     string
 		data     string
@@ -41,6 +43,18 @@ func TestParseMessage(t *testing.T) {
 		{name: "control char", data: `{"id":"a\nb","scene":"s","receive_id":"ou_1"}`, wantErr: "control character"},
 		{name: "bad id type", data: `{"id":"m","scene":"s","receive_id_type":"phone","receive_id":"1"}`, wantErr: "receive_id_type"},
 		{name: "bad priority", data: `{"id":"m","scene":"s","receive_id":"1","priority":"p0"}`, wantErr: "priority"},
+		{name: "tz", data: `{"id":"m","scene":"s","receive_id":"1","tz":"Asia/Shanghai"}`,
+			want: Message{ID: "m", Scene: "s", ReceiveIDType: "open_id", ReceiveID: "1", Priority: PriorityNormal, TZ: "Asia/Shanghai", Zone: shanghai}},
+		{name: "empty tz means none", data: `{"id":"m","scene":"s","receive_id":"1","tz":""}`,
+			want: Message{ID: "m", Scene: "s", ReceiveIDType: "open_id", ReceiveID: "1", Priority: PriorityNormal}},
+		{name: "null tz means none", data: `{"id":"m","scene":"s","receive_id":"1","tz":null}`,
+			want: Message{ID: "m", Scene: "s", ReceiveIDType: "open_id", ReceiveID: "1", Priority: PriorityNormal}},
+		{name: "unknown tz", data: `{"id":"m","scene":"s","receive_id":"1","tz":"Mars/Base"}`,
+			wantErr: `tz "Mars/Base" is an unknown time zone: want an IANA name such as Asia/Shanghai`},
+		{name: "host's zone", data: `{"id":"m","scene":"s","receive_id":"1","tz":"Local"}`, wantErr: `tz "Local" is an unknown time zone`},
+		{name: "path as tz", data: `{"id":"m","scene":"s","receive_id":"1","tz":"../../etc/passwd"}`, wantErr: `tz "../../etc/passwd" is an unknown time zone`},
+		{name: "blank tz", data: `{"id":"m","scene":"s","receive_id":"1","tz":" "}`, wantErr: `tz " " is an unknown time zone`},
+		{name: "tz as a number", data: `{"id":"m","scene":"s","receive_id":"1","tz":8}`, wantErr: `field "tz" must be a string`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,6 +102,12 @@ func TestParseDelivery(t *testing.T) {
 	withBody := func(d Delivery, data string) Delivery { d.Data = []byte(data); return d }
 	fromBody := Message{ID: "b1", Scene: "body.scene", ReceiveIDType: "email", ReceiveID: "a@b.c", Priority: PriorityHigh}
 	long := strings.Repeat("x", MaxReceiveIDBytes+1)
+	shanghai, berlin := mustZone(t, "Asia/Shanghai"), mustZone(t, "Europe/Berlin")
+	withTZ := func(d Delivery, tz string) Delivery { d.HeaderTZ = tz; return d }
+	tzBody := func(tz string) string {
+		return `{"id":"b1","scene":"body.scene","receive_id_type":"email","receive_id":"a@b.c","priority":"high","tz":"` + tz + `"}`
+	}
+	inZone := func(m Message, tz string, loc *time.Location) Message { m.TZ, m.Zone = tz, loc; return m }
 	tests := []struct {
 		name    string
 		d       Delivery
@@ -136,6 +156,24 @@ func TestParseDelivery(t *testing.T) {
 		{name: "empty body", d: withBody(hdr("h1", "s", "open_id:ou_1", ""), " \n"), wantErr: "message is empty"},
 		{name: "binary body", d: withBody(hdr("h1", "s", "open_id:ou_1", ""), "{\xff}"), wantErr: "UTF-8"},
 		{name: "NUL in body", d: withBody(hdr("h1", "s", "open_id:ou_1", ""), "{\x00}"), wantErr: "NUL"},
+
+		// A zone: Gate-TZ on either path, the tz field on the body path only;
+		// the header wins.
+		{name: "Gate-TZ on the header path", d: withTZ(hdr("h1", "s", "open_id:ou_1", ""), "Asia/Shanghai"),
+			want: Message{ID: "h1", Scene: "s", ReceiveIDType: "open_id", ReceiveID: "ou_1", Priority: PriorityNormal, TZ: "Asia/Shanghai", Zone: shanghai}},
+		{name: "tz field not read on the header path", d: withBody(hdr("h1", "s", "open_id:ou_1", ""), tzBody("Mars/Base")),
+			want: Message{ID: "h1", Scene: "s", ReceiveIDType: "open_id", ReceiveID: "ou_1", Priority: PriorityNormal}},
+		{name: "unknown Gate-TZ on the header path", d: withTZ(hdr("h1", "s", "open_id:ou_1", ""), "Mars/Base"),
+			wantErr: `Gate-TZ header "Mars/Base" is an unknown time zone`},
+		{name: "tz field on the body path", d: withBody(hdr("", "", "", ""), tzBody("Europe/Berlin")), want: inZone(fromBody, "Europe/Berlin", berlin)},
+		{name: "Gate-TZ on the body path", d: withTZ(hdr("", "", "", ""), "Asia/Shanghai"), want: inZone(fromBody, "Asia/Shanghai", shanghai)},
+		{name: "Gate-TZ wins over the tz field", d: withTZ(withBody(hdr("", "", "", ""), tzBody("Europe/Berlin")), "Asia/Shanghai"),
+			want: inZone(fromBody, "Asia/Shanghai", shanghai)},
+		{name: "Gate-TZ wins over an unknown tz field", d: withTZ(withBody(hdr("", "", "", ""), tzBody("Mars/Base")), "Asia/Shanghai"),
+			want: inZone(fromBody, "Asia/Shanghai", shanghai)},
+		{name: "unknown Gate-TZ on the body path", d: withTZ(withBody(hdr("", "", "", ""), tzBody("Europe/Berlin")), "Mars/Base"),
+			wantErr: `Gate-TZ header "Mars/Base" is an unknown time zone`},
+		{name: "unknown tz field on the body path", d: withBody(hdr("", "", "", ""), tzBody("Mars/Base")), wantErr: `tz "Mars/Base" is an unknown time zone`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -183,35 +221,46 @@ func TestParseDeliveryKeepsSceneOfInvalid(t *testing.T) {
 
 func TestParseDeliveryHeaderPathDoesNotAllocate(t *testing.T) {
 	d := Delivery{Data: benchEnvelope(), HeaderID: "h1", HeaderScene: "alert.disk_full", HeaderRecipient: "open_id:ou_1", HeaderPriority: "high"}
-	if n := testing.AllocsPerRun(100, func() {
-		if _, err := ParseDelivery(d, 0); err != nil {
-			t.Fatal(err)
+	for _, tz := range []string{"", "Asia/Shanghai"} {
+		d.HeaderTZ = tz // a zone is loaded once, then cached
+		if n := testing.AllocsPerRun(100, func() {
+			if _, err := ParseDelivery(d, 0); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("the header path with Gate-TZ %q allocates %v times per message, want 0", tz, n)
 		}
-	}); n != 0 {
-		t.Errorf("the header path allocates %v times per message, want 0", n)
 	}
 }
 
 func FuzzParseDelivery(f *testing.F) {
-	f.Add([]byte(`{"id":"m1","scene":"s","receive_id":"ou_1"}`), "", "", "", "")
-	f.Add([]byte(`{"id":"m1"}`), "h1", "alert.x", "open_id:ou_1", "urgent")
-	f.Add([]byte(`not json`), "h1", "s", "email:a:b", "")
-	f.Add([]byte("{\x00}"), "h1", "s", "chat_id:oc_1", "low")
-	f.Add([]byte(`{}`), "h1", "s", "phone:1", "p0")
+	f.Add([]byte(`{"id":"m1","scene":"s","receive_id":"ou_1"}`), "", "", "", "", "")
+	f.Add([]byte(`{"id":"m1"}`), "h1", "alert.x", "open_id:ou_1", "urgent", "")
+	f.Add([]byte(`not json`), "h1", "s", "email:a:b", "", "")
+	f.Add([]byte("{\x00}"), "h1", "s", "chat_id:oc_1", "low", "")
+	f.Add([]byte(`{}`), "h1", "s", "phone:1", "p0", "")
 	// What crashed or stalled the gate: header values that are not UTF-8,
 	// control and bidirectional characters.
-	f.Add([]byte(`{}`), "h1", "sc\xffene", "open_id:ou_1", "")
-	f.Add([]byte(`{}`), "h\xff", "s", "open_id:ou_1", "")
-	f.Add([]byte(`{}`), "h1", "s", "open_id:ou\xff", "")
-	f.Add([]byte(`{}`), "h1", "s\u0085", "open_id:ou_1", "")
-	f.Add([]byte(`{}`), "h1", "s\u202e", "open_id:ou_1", "high\xff")
-	f.Fuzz(func(t *testing.T, data []byte, id, scene, recipient, priority string) {
-		d := Delivery{Data: data, HeaderID: id, HeaderScene: scene, HeaderRecipient: recipient, HeaderPriority: priority}
+	f.Add([]byte(`{}`), "h1", "sc\xffene", "open_id:ou_1", "", "")
+	f.Add([]byte(`{}`), "h\xff", "s", "open_id:ou_1", "", "")
+	f.Add([]byte(`{}`), "h1", "s", "open_id:ou\xff", "", "")
+	f.Add([]byte(`{}`), "h1", "s\u0085", "open_id:ou_1", "", "")
+	f.Add([]byte(`{}`), "h1", "s\u202e", "open_id:ou_1", "high\xff", "")
+	// Zones: a header on either path, a tz field, hostile names.
+	f.Add([]byte(`{"id":"m1","scene":"s","receive_id":"ou_1","tz":"Europe/Berlin"}`), "", "", "", "", "Asia/Shanghai")
+	f.Add([]byte(`{"id":"m1","scene":"s","receive_id":"ou_1","tz":"Mars/Base"}`), "", "", "", "", "")
+	f.Add([]byte(`{}`), "h1", "s", "open_id:ou_1", "", "Etc/GMT+5")
+	f.Add([]byte(`{}`), "h1", "s", "open_id:ou_1", "", "../../etc/passwd")
+	f.Add([]byte(`{}`), "h1", "s", "open_id:ou_1", "", "Local")
+	f.Add([]byte(`{}`), "h1", "s", "open_id:ou_1", "", "Asia/Shang\xffhai\u202e")
+	f.Fuzz(func(t *testing.T, data []byte, id, scene, recipient, priority, tz string) {
+		d := Delivery{Data: data, HeaderID: id, HeaderScene: scene, HeaderRecipient: recipient, HeaderPriority: priority, HeaderTZ: tz}
 		m, err := ParseDelivery(d, 4096)
 		if id == "" || scene == "" || recipient == "" {
-			want, werr := ParseMessage(data, id, 4096)
+			// ParseMessage when there is no Gate-TZ.
+			want, werr := parseMessage(data, id, tz, 4096)
 			if (err == nil) != (werr == nil) || (err != nil && err.Error() != werr.Error()) || !reflect.DeepEqual(m, want) {
-				t.Fatalf("without all three headers: got %+v, %v; ParseMessage gives %+v, %v", m, err, want, werr)
+				t.Fatalf("without all three headers: got %+v, %v; the body path gives %+v, %v", m, err, want, werr)
 			}
 		}
 		if !checkParsed(t, m, err) {
@@ -220,8 +269,11 @@ func FuzzParseDelivery(f *testing.F) {
 		if len(m.Raw) > 4096 || !utf8.Valid(m.Raw) || bytes.IndexByte(m.Raw, 0) >= 0 || !bytes.Equal(m.Raw, data) {
 			t.Fatalf("accepted a body the audit store cannot hold, or changed it: %q", m.Raw)
 		}
+		if tz != "" && m.TZ != tz {
+			t.Fatalf("Gate-TZ %q lost: got %+v", tz, m)
+		}
 		if id != "" && scene != "" && recipient != "" {
-			if m.ID != id || m.Scene != scene || m.Recipient() != recipient {
+			if m.ID != id || m.Scene != scene || m.Recipient() != recipient || m.TZ != tz {
 				t.Fatalf("header path: got %+v from headers %q %q %q", m, id, scene, recipient)
 			}
 		}
@@ -300,7 +352,7 @@ func TestHostileFields(t *testing.T) {
 }
 
 // TestHostileEnumFields sends hostile values where only known values pass
-// (receive_id_type, priority) by both paths: each is refused, named, and
+// (receive_id_type, priority, tz) by both paths: each is refused, named, and
 // quoted so that the reason is safe in a Gate-Error header and a log line.
 func TestHostileEnumFields(t *testing.T) {
 	for _, hv := range hostileValues {
@@ -308,8 +360,8 @@ func TestHostileEnumFields(t *testing.T) {
 			continue // blank means the default on the body path
 		}
 		valid := Delivery{Data: []byte(`{"id":"b1","scene":"s","receive_id":"ou_1"}`), HeaderID: "h1", HeaderScene: "s", HeaderRecipient: "open_id:ou_1"}
-		typ, prio := valid, valid
-		typ.HeaderRecipient, prio.HeaderPriority = hv.v+":ou_1", hv.v
+		typ, prio, tz := valid, valid, valid
+		typ.HeaderRecipient, prio.HeaderPriority, tz.HeaderTZ = hv.v+":ou_1", hv.v, hv.v
 		for _, tc := range []struct {
 			name, want string
 			d          Delivery
@@ -318,6 +370,8 @@ func TestHostileEnumFields(t *testing.T) {
 			{"body priority", "priority ", Delivery{Data: jsonObject(map[string]string{"id": "b1", "scene": "s", "receive_id": "ou_1", "priority": hv.v}, true)}},
 			{"Gate-Recipient type", "Gate-Recipient header: receive_id_type ", typ},
 			{"Gate-Priority", "Gate-Priority header ", prio},
+			{"body tz", "tz ", Delivery{Data: jsonObject(map[string]string{"id": "b1", "scene": "s", "receive_id": "ou_1", "tz": hv.v}, true)}},
+			{"Gate-TZ", "Gate-TZ header ", tz},
 		} {
 			t.Run(hv.name+"/"+tc.name, func(t *testing.T) {
 				want := tc.want
@@ -418,6 +472,9 @@ func checkParsed(t *testing.T, m Message, err error) bool {
 	}
 	if !receiveIDTypes[m.ReceiveIDType] || !ValidPriority(m.Priority) {
 		t.Fatalf("accepted an unknown id type or priority: %+v", m)
+	}
+	if (m.TZ == "") != (m.Zone == nil) || (m.Zone != nil && m.Zone.String() != m.TZ) || (m.TZ != "" && !zoneName(m.TZ)) {
+		t.Fatalf("accepted a zone that does not match its name: %+v", m)
 	}
 	return true
 }
