@@ -1,8 +1,10 @@
 package gate
 
 import (
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -284,5 +286,52 @@ func TestClock(t *testing.T) {
 		if _, err := ParseClock(s); err == nil || !strings.Contains(err.Error(), "want HH:MM from 00:00 to 23:59") {
 			t.Errorf("ParseClock(%q) = %v, want an error", s, err)
 		}
+	}
+}
+
+// TestRuleJSON pins the JSON of limits, quiet hours and scenes: it is what
+// /v1/rules serves and what the rules' Version hashes, so a scene that uses
+// none of the new fields must write exactly what it wrote before them.
+func TestRuleJSON(t *testing.T) {
+	shanghai := mustZone(t, "Asia/Shanghai")
+	tests := []struct {
+		name string
+		v    any
+		want string
+	}{
+		{"rolling limit", Limit{Window: time.Hour, Max: 1}, `{"window":"1h","max":1}`},
+		{"calendar limit", Limit{Calendar: CalendarWeek, Max: 10}, `{"calendar":"week","max":10}`},
+		{"quiet hours", QuietHours{From: 22 * time.Hour, To: 8*time.Hour + 30*time.Minute, Action: ActionDefer},
+			`{"from":"22:00","to":"08:30","action":"defer"}`},
+		{"old scene", SceneRule{Limits: []Limit{{Window: time.Hour, Max: 1}}, OnExceed: ActionSuppress, BypassPriorities: []Priority{PriorityUrgent}, OnStoreError: ActionRetry},
+			`{"limits":[{"window":"1h","max":1}],"on_exceed":"suppress","bypass_priorities":["urgent"],"on_store_error":"retry"}`},
+		{"deferring scene", SceneRule{Limits: []Limit{{Calendar: CalendarDay, Max: 3}}, OnExceed: ActionDefer, OnStoreError: ActionRetry,
+			MaxDefer: 6 * time.Hour, DeferFallback: ActionDigest, DigestGroup: "ops", TZ: "Asia/Shanghai", Zone: shanghai,
+			QuietHours: &QuietHours{From: 22 * time.Hour, To: 8 * time.Hour, Action: ActionDefer}},
+			`{"limits":[{"calendar":"day","max":3}],"on_exceed":"defer","on_store_error":"retry","defer_fallback":"digest","digest_group":"ops",` +
+				`"tz":"Asia/Shanghai","quiet_hours":{"from":"22:00","to":"08:00","action":"defer"},"max_defer":"6h"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(tt.v)
+			if err != nil || string(b) != tt.want {
+				t.Fatalf("json = %s, %v; want %s", b, err, tt.want)
+			}
+			back := reflect.New(reflect.TypeOf(tt.v))
+			if err := json.Unmarshal(b, back.Interface()); err != nil {
+				t.Fatalf("unmarshal %s: %v", b, err)
+			}
+			if got := back.Elem().Interface(); !reflect.DeepEqual(got, tt.v) {
+				t.Errorf("after JSON: %+v, want %+v", got, tt.v)
+			}
+		})
+	}
+	var q QuietHours
+	if err := json.Unmarshal([]byte(`{"from":"25:00","to":"08:00","action":"defer"}`), &q); err == nil {
+		t.Errorf("quiet hours from 25:00 unmarshalled to %+v, want an error", q)
+	}
+	var r SceneRule
+	if err := json.Unmarshal([]byte(`{"limits":[],"tz":"Mars/Base"}`), &r); !errors.Is(err, ErrUnknownZone) {
+		t.Errorf("a scene in an unknown zone unmarshalled with %v, want ErrUnknownZone", err)
 	}
 }
