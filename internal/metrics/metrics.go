@@ -27,7 +27,9 @@ type Metrics struct {
 	StoreLatency    *prometheus.HistogramVec // store: window|audit|nats, op; seconds per call
 	Invalid         *prometheus.CounterVec   // scene (a rule's, or OtherScenes)
 	Unchecked       *prometheus.CounterVec   // scene (a rule's, or OtherScenes): forwarded without a window check (fail open)
-	Recovered       *prometheus.CounterVec   // stage: parse|metrics; panics recovered while handling one message
+	Settled         *prometheus.CounterVec   // scene (a rule's, or OtherScenes), settled: released|fell_back|digested|moved|rescheduled
+	Digests         prometheus.Counter       // digests forwarded
+	Recovered       *prometheus.CounterVec   // stage: parse|metrics|release; panics recovered while handling one message (or one round of releases)
 	Redeliveries    prometheus.Counter       // messages retried after a transient failure
 	Parked          prometheus.Counter       // messages parked on the dead letter after exhausting MaxDeliver
 	Panicked        prometheus.Counter       // messages parked on the dead letter because the gate panicked on them
@@ -46,7 +48,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	m := &Metrics{
 		Registry: reg,
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gate_decisions_total", Help: "Messages decided, by scene and outcome (forward, suppress, drop, invalid); shadow marks shadow-mode would-be suppressions. Scenes without a rule share the scene \"" + OtherScenes + "\".",
+			Name: "gate_decisions_total", Help: "Messages decided, by scene and outcome (forward, suppress, drop, defer, digest, invalid); shadow marks shadow-mode would-be suppressions. Scenes without a rule share the scene \"" + OtherScenes + "\".",
 		}, []string{"scene", "outcome", "shadow"}),
 		DecisionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "gate_decision_latency_seconds", Help: "Time from a message's receipt by the gate to its effect being durable.",
@@ -69,8 +71,14 @@ func New(reg *prometheus.Registry) *Metrics {
 		Unchecked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gate_unchecked_forwards_total", Help: "Messages forwarded without a window check because the window store was unavailable and the scene fails open (on_store_error: forward).",
 		}, []string{"scene"}),
+		Settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gate_held_settled_total", Help: "Held messages settled by the releaser, by scene and what became of them: released (forwarded with Gate-Deferred-From), fell_back (past max_defer, or rejected under a scene that no longer defers), digested (carried by a digest), moved (to the digest queue), rescheduled (still held).",
+		}, []string{"scene", "settled"}),
+		Digests: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gate_digests_total", Help: "Digests forwarded, each summarising held messages of one recipient.",
+		}),
 		Recovered: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gate_recovered_panics_total", Help: "Panics recovered while handling one message, by stage (parse: the message was sent to the dead letter; metrics: its metrics were not recorded). Each is a bug, logged with the message id.",
+			Name: "gate_recovered_panics_total", Help: "Panics recovered while handling one message, by stage (parse: the message was sent to the dead letter; metrics: its metrics were not recorded; release: a round of releases was rolled back, to be tried again). Each is a bug, logged with the message id.",
 		}, []string{"stage"}),
 		Redeliveries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gate_retries_total", Help: "Messages handed back to JetStream for a delayed retry after a transient failure.",
@@ -103,7 +111,7 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "gate_http_requests_total", Help: "HTTP requests served, by route and status code.",
 		}, []string{"route", "code"}),
 	}
-	reg.MustRegister(m.Decisions, m.DecisionLatency, m.BatchSize, m.StoreErrors, m.StoreLatency, m.Invalid, m.Unchecked,
+	reg.MustRegister(m.Decisions, m.DecisionLatency, m.BatchSize, m.StoreErrors, m.StoreLatency, m.Invalid, m.Unchecked, m.Settled, m.Digests,
 		m.Recovered, m.Redeliveries, m.Parked, m.Panicked, m.ConsumerPending, m.ConsumerAckPend, m.RulesReloads, m.RulesReloadErrs,
 		m.RulesInfo, m.DependencyUp, m.HTTPRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -67,17 +67,23 @@ func (p *Pipeline) recovered(stage, id string, seq uint64, v any) {
 
 // timer starts timing one call to a dependency; calling what it returns
 // records the call's duration.
-func (p *Pipeline) timer(store, op string) (done func()) {
-	if p.o.Metrics == nil {
+func (p *Pipeline) timer(store, op string) (done func()) { return startTimer(p.o.Metrics, store, op) }
+
+// failedCall counts a call to a dependency that failed, transiently or not.
+func (p *Pipeline) failedCall(store, op string) { countFailure(p.o.Metrics, store, op) }
+
+// startTimer is Pipeline.timer for any holder of m, which may be nil.
+func startTimer(m *metrics.Metrics, store, op string) (done func()) {
+	if m == nil {
 		return func() {}
 	}
 	start := time.Now()
-	return func() { p.o.Metrics.StoreLatency.WithLabelValues(store, op).Observe(time.Since(start).Seconds()) }
+	return func() { m.StoreLatency.WithLabelValues(store, op).Observe(time.Since(start).Seconds()) }
 }
 
-// failedCall counts a call to a dependency that failed, transiently or not.
-func (p *Pipeline) failedCall(store, op string) {
-	if p.o.Metrics != nil {
-		p.o.Metrics.StoreErrors.WithLabelValues(store, op).Inc()
+// countFailure is Pipeline.failedCall for any holder of m, which may be nil.
+func countFailure(m *metrics.Metrics, store, op string) {
+	if m != nil {
+		m.StoreErrors.WithLabelValues(store, op).Inc()
 	}
 }

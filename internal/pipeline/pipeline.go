@@ -20,8 +20,12 @@ type Options struct {
 	Store     gate.WindowStore
 	Audit     gate.AuditLog
 	Forwarder gate.Forwarder
-	Metrics   *metrics.Metrics // optional
-	Log       *slog.Logger     // optional
+	// Holds keeps held messages (on_exceed defer or digest, quiet hours
+	// with action defer). Optional: without it, such messages are
+	// suppressed instead, and New logs so.
+	Holds   gate.HoldStore
+	Metrics *metrics.Metrics // optional
+	Log     *slog.Logger     // optional
 	// MaxMessageBytes bounds an envelope; 0 means gate.DefaultMaxMessageBytes.
 	MaxMessageBytes int
 	// Now is the clock for messages no window store decides (unknown scenes,
@@ -53,6 +57,10 @@ type Pipeline struct {
 	// forwarded is closed once the batch started last has published its
 	// forwards: the next batch publishes after it, in order.
 	forwarded chan struct{}
+	// held counts, for each queue of held messages, the batches in flight
+	// that hold messages in it: until they commit, the hold store does not
+	// know them, and a later message of the queue must not overtake them.
+	held map[gate.Queue]int
 }
 
 // New checks the options and returns a pipeline.
@@ -69,24 +77,28 @@ func New(o Options) (*Pipeline, error) {
 	if o.ReplayWithin <= 0 {
 		o.ReplayWithin = DefaultReplayWithin
 	}
+	if o.Holds == nil {
+		o.Log.Warn("no hold store: messages that on_exceed defer or digest, or quiet hours with action defer, would hold are suppressed instead")
+	}
 	done := make(chan struct{})
 	close(done)
-	return &Pipeline{o: o, inFlight: make(map[string]chan struct{}), forwarded: done}, nil
+	return &Pipeline{o: o, inFlight: make(map[string]chan struct{}), forwarded: done, held: make(map[gate.Queue]int)}, nil
 }
 
 // item is one delivery on its way through a batch.
 type item struct {
-	d       gate.Delivery
-	msg     gate.Message
-	key     string     // idempotency key
-	invalid error      // *gate.InvalidError when the message cannot be decided
-	prior   gate.Prior // what was decided before this batch; zero when nothing was
-	counted bool       // the window store counted it in this batch (not as a duplicate)
-	twin    int        // index of an earlier delivery of the same id in this batch, or -1
-	plan    gate.Plan
-	dec     gate.Decision
-	decided bool
-	err     error // the verdict handed back to the transport
+	d        gate.Delivery
+	msg      gate.Message
+	key      string     // idempotency key
+	invalid  error      // *gate.InvalidError when the message cannot be decided
+	prior    gate.Prior // what was decided before this batch; zero when nothing was
+	counted  bool       // the window store counted it in this batch (not as a duplicate)
+	admitted bool       // the window store admitted it in this batch, as a duplicate or not
+	twin     int        // index of an earlier delivery of the same id in this batch, or -1
+	plan     gate.Plan
+	dec      gate.Decision
+	decided  bool
+	err      error // the verdict handed back to the transport
 }
 
 // Handle decides batch and returns one error per delivery: nil when its
@@ -122,6 +134,13 @@ func (p *Pipeline) Handle(ctx context.Context, batch []gate.Delivery) []error {
 //   - forwards are published in the order the batches started, so a
 //     recipient's messages reach the outbound stream in the order decided.
 //
+// Held messages keep their order too: before the window store is asked,
+// one call to the hold store finds the queues of the batch's messages that
+// hold messages already, and a message of such a queue is held behind them
+// (holdBehind); within the batch, a message never overtakes an earlier one
+// held in its queue (keepOrder); and the queues that batches in flight hold
+// messages in count as holding, until those batches commit.
+//
 // Called one batch at a time, in arrival order, Start therefore decides every
 // recipient's messages in order, as Handle does.
 func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish func() []error) {
@@ -149,10 +168,18 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 	}
 
 	rules := p.o.Rules.Current()
+	now := p.o.Now()
+	p.plan(rules, items, now)
+	if err := p.holdBehind(ctx, items, now); err != nil {
+		errs := p.failAll(items, "audit", "waiting", err)
+		return func() []error { return errs }
+	}
 	if err := p.decide(ctx, rules, items); err != nil {
 		p.storeDown(items, err)
 	}
-	done, turn, forwarded := p.track(keys)
+	unadmit := p.keepOrder(items, now)
+	queues := heldQueues(items)
+	done, turn, forwarded := p.track(keys, queues)
 	awaitTurn := func() {
 		select {
 		case <-turn:
@@ -160,10 +187,11 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 		}
 	}
 	return func() []error {
-		defer p.untrack(keys, done)
+		defer p.untrack(keys, queues, done)
 		// Should commit or forward panic, the next batch still gets its
 		// turn once this one's has come, not only at its own deadline.
 		defer func() { awaitTurn(); close(forwarded) }()
+		p.forget(ctx, unadmit)
 		p.commit(ctx, rules, items)
 		awaitTurn()
 		p.forward(ctx, rules, items)
@@ -250,24 +278,32 @@ func (p *Pipeline) awaitInFlight(ctx context.Context, keys []string) {
 }
 
 // track records a started batch: its keys are in flight until done is
-// closed; it may forward once turn is closed, and closes forwarded when it
-// has.
-func (p *Pipeline) track(keys []string) (done, turn, forwarded chan struct{}) {
+// closed, and so are its holds in queues; it may forward once turn is
+// closed, and closes forwarded when it has.
+func (p *Pipeline) track(keys []string, queues []gate.Queue) (done, turn, forwarded chan struct{}) {
 	done, forwarded = make(chan struct{}), make(chan struct{})
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, k := range keys {
 		p.inFlight[k] = done
 	}
+	for _, q := range queues {
+		p.held[q]++
+	}
 	turn, p.forwarded = p.forwarded, forwarded
 	return done, turn, forwarded
 }
 
-func (p *Pipeline) untrack(keys []string, done chan struct{}) {
+func (p *Pipeline) untrack(keys []string, queues []gate.Queue, done chan struct{}) {
 	p.mu.Lock()
 	for _, k := range keys {
 		if p.inFlight[k] == done {
 			delete(p.inFlight, k)
+		}
+	}
+	for _, q := range queues {
+		if p.held[q]--; p.held[q] <= 0 {
+			delete(p.held, q)
 		}
 	}
 	p.mu.Unlock()
@@ -294,6 +330,12 @@ func (p *Pipeline) verdicts(rules *gate.RuleSet, items []item) []error {
 	return errs
 }
 
+// undecided reports whether the message is this batch's to decide and not
+// decided yet.
+func (it *item) undecided() bool {
+	return it.invalid == nil && it.twin < 0 && !it.known() && !it.decided
+}
+
 // decide asks the window store about every message that needs it, in one
 // call, and resolves each outcome. When the store fails, the messages that
 // need no window (unknown scenes) are still decided: they must not wait for
@@ -304,12 +346,7 @@ func (p *Pipeline) verdicts(rules *gate.RuleSet, items []item) []error {
 func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item) error {
 	var asks []admission
 	for i := range items {
-		it := &items[i]
-		if it.invalid != nil || it.twin >= 0 || it.known() {
-			continue
-		}
-		it.plan = gate.PlanMessage(rules, it.msg, p.o.Now())
-		if it.plan.Request != nil {
+		if it := &items[i]; it.undecided() && it.plan.Request != nil {
 			asks = append(asks, admission{*it.plan.Request, i})
 		}
 	}
@@ -330,6 +367,7 @@ func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item
 		for k, a := range part {
 			results[a.i], answered[a.i] = res[k], true
 			items[a.i].counted = res[k].Admitted && !res[k].Duplicate
+			items[a.i].admitted = res[k].Admitted
 		}
 		return nil
 	}, func(a admission, why error) {
@@ -338,7 +376,7 @@ func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item
 	now := p.o.Now()
 	for i := range items {
 		it := &items[i]
-		if it.invalid != nil || it.twin >= 0 || it.known() || (it.plan.Request != nil && !answered[i]) {
+		if !it.undecided() || (it.plan.Request != nil && !answered[i]) {
 			continue
 		}
 		it.dec = gate.Resolve(rules, it.plan, results[i], now)
@@ -362,7 +400,7 @@ func (p *Pipeline) storeDown(items []item, err error) {
 	now := p.o.Now()
 	for i := range items {
 		it := &items[i]
-		if it.invalid != nil || it.twin >= 0 || it.known() || it.decided {
+		if !it.undecided() {
 			continue
 		}
 		if d, ok := gate.FailOpen(it.plan, now); ok {

@@ -58,10 +58,15 @@ type ledger struct {
 	refuse  func(key string) bool
 	fail    func(recs []gate.Record) error
 	calls   int // Commit calls
+	// recs holds the records claimed; holds, when set, takes their held
+	// messages, as the audit store's held table does.
+	recs  map[string]gate.Record
+	holds *holdBox
 }
 
 func newLedger(tb testing.TB) *ledger {
-	return &ledger{tb: tb, commits: map[string]int{}, priors: map[string]gate.Prior{}, offered: map[string]int{}, again: map[string]bool{}}
+	return &ledger{tb: tb, commits: map[string]int{}, priors: map[string]gate.Prior{}, offered: map[string]int{}, again: map[string]bool{},
+		recs: map[string]gate.Record{}}
 }
 
 // mayCommitAgain allows keys to be committed more than once.
@@ -123,6 +128,10 @@ func (l *ledger) Commit(_ context.Context, recs []gate.Record) ([]string, error)
 		}
 		l.commits[r.Key]++
 		l.priors[r.Key] = gate.Prior{Outcome: r.Outcome, At: r.At}
+		l.recs[r.Key] = r
+		if l.holds != nil && r.Hold != nil {
+			l.holds.add(*r.Hold)
+		}
 	}
 	return known, nil
 }
@@ -140,6 +149,9 @@ type outbox struct {
 	publishes int
 	perID     map[string]int
 	again     map[string]bool
+	// stored forwards, in order; fail, when set, can fail a publish.
+	fs   []gate.Forward
+	fail func(f gate.Forward) error
 }
 
 func newOutbox(tb testing.TB) *outbox {
@@ -149,7 +161,13 @@ func newOutbox(tb testing.TB) *outbox {
 func (o *outbox) Forward(_ context.Context, fs []gate.Forward) []error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, f := range fs {
+	errs := make([]error, len(fs))
+	for i, f := range fs {
+		if o.fail != nil {
+			if errs[i] = o.fail(f); errs[i] != nil {
+				continue
+			}
+		}
 		o.publishes++
 		o.perID[f.MessageID]++
 		if n := o.perID[f.MessageID]; n > 1 && !o.again[f.MessageID] {
@@ -158,9 +176,10 @@ func (o *outbox) Forward(_ context.Context, fs []gate.Forward) []error {
 		if !o.stored[f.MessageID] {
 			o.stored[f.MessageID] = true
 			o.ids = append(o.ids, f.MessageID)
+			o.fs = append(o.fs, f)
 		}
 	}
-	return make([]error, len(fs))
+	return errs
 }
 
 // mayPublishAgain allows ids to be published more than once.
