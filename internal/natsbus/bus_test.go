@@ -210,6 +210,7 @@ func TestConsumeReadsProducerHeaders(t *testing.T) {
 	with.Header.Set(gate.SceneHeader, "alert.disk_full")
 	with.Header.Set(gate.RecipientHeader, "open_id:ou_1")
 	with.Header.Set(gate.PriorityHeader, "urgent")
+	with.Header.Set(HeaderTZ, "Asia/Shanghai")
 	if _, err := js.PublishMsg(ctx, with); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ func TestConsumeReadsProducerHeaders(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- b.Consume(ctx, handler, ConsumeOptions{}) }()
 	want := map[string]gate.Delivery{
-		"with":    {HeaderID: "m1", HeaderScene: "alert.disk_full", HeaderRecipient: "open_id:ou_1", HeaderPriority: "urgent"},
+		"with":    {HeaderID: "m1", HeaderScene: "alert.disk_full", HeaderRecipient: "open_id:ou_1", HeaderPriority: "urgent", HeaderTZ: "Asia/Shanghai"},
 		"without": {},
 	}
 	deadline := time.After(10 * time.Second)
@@ -238,6 +239,9 @@ func TestConsumeReadsProducerHeaders(t *testing.T) {
 				t.Fatalf("unexpected delivery %q", d.Data)
 			}
 			delete(want, string(d.Data))
+			if d.HeaderTZ != w.HeaderTZ {
+				t.Errorf("%s: Gate-TZ %q, want %q", d.Data, d.HeaderTZ, w.HeaderTZ)
+			}
 			if d.HeaderID != w.HeaderID || d.HeaderScene != w.HeaderScene || d.HeaderRecipient != w.HeaderRecipient || d.HeaderPriority != w.HeaderPriority {
 				t.Errorf("%s: headers %q %q %q %q, want %q %q %q %q", d.Data, d.HeaderID, d.HeaderScene, d.HeaderRecipient, d.HeaderPriority,
 					w.HeaderID, w.HeaderScene, w.HeaderRecipient, w.HeaderPriority)

@@ -369,6 +369,12 @@ func seqOf(m jetstream.Msg) uint64 {
 	return md.Sequence.Stream
 }
 
+// HeaderTZ is the inbound header naming the recipient's IANA time zone
+// (gate.TZHeader), read into gate.Delivery.HeaderTZ; it overrides the
+// scene's tz. Unlike the Header constants in bus.go, the gate reads it and
+// never sets it.
+const HeaderTZ = gate.TZHeader
+
 // deliveryOf is a message's data and headers as the handler sees them,
 // with the producer's headers the gate reads (for the header fast path,
 // gate.ParseDelivery). A message without headers has a nil header map,
@@ -380,6 +386,7 @@ func deliveryOf(data []byte, h nats.Header, now time.Time) gate.Delivery {
 		d.HeaderScene = h.Get(gate.SceneHeader)
 		d.HeaderRecipient = h.Get(gate.RecipientHeader)
 		d.HeaderPriority = h.Get(gate.PriorityHeader)
+		d.HeaderTZ = h.Get(HeaderTZ)
 	}
 	return d
 }
