@@ -17,7 +17,7 @@ import (
 
 const (
 	// chunkRows bounds the rows of one multi-row statement, and the keys of
-	// one IN list: 500 rows of the widest table (14 columns) is 7,000
+	// one IN list: 500 rows of the widest (scene_counters, 15 columns) is 7,500
 	// parameters, far from PostgreSQL's 65,535 and SQLite's 32,766.
 	chunkRows = 500
 	// pruneBatch bounds one DELETE of the ledger, so pruning never holds
@@ -90,6 +90,10 @@ func (s *Store) Commit(ctx context.Context, recs []gate.Record) (known []string,
 			if err := s.insertSuppressions(tx, fresh); err != nil {
 				return err
 			}
+			// Queue rows before counters: Settle takes them in that order.
+			if err := s.insertHeld(tx, fresh); err != nil {
+				return err
+			}
 			return s.addCounts(tx, fresh)
 		})
 	}
@@ -116,9 +120,13 @@ func uniqueRecords(recs []gate.Record) ([]gate.Record, error) {
 			return nil, fmt.Errorf("record %d (%s): %w: zero time", i, r.Key, gate.ErrBadRequest)
 		}
 		switch r.Outcome {
-		case gate.OutcomeForward, gate.OutcomeSuppress, gate.OutcomeDrop, gate.OutcomeInvalid, gate.OutcomeParked:
+		case gate.OutcomeForward, gate.OutcomeSuppress, gate.OutcomeDrop, gate.OutcomeInvalid, gate.OutcomeParked,
+			gate.OutcomeDefer, gate.OutcomeDigest:
 		default:
 			return nil, fmt.Errorf("record %d (%s): %w: unknown outcome %q", i, r.Key, gate.ErrBadRequest, r.Outcome)
+		}
+		if err := checkHold(r); err != nil {
+			return nil, fmt.Errorf("record %d (%s): %w: %w", i, r.Key, gate.ErrBadRequest, err)
 		}
 	}
 	out := slices.Clone(recs)
@@ -164,11 +172,14 @@ func (s *Store) insertSuppressions(tx *gorm.DB, recs []gate.Record) error {
 		if s.redact {
 			sup.Payload = ""
 		}
+		if r.Hold != nil {
+			sup.HeldAs = cmp.Or(sup.HeldAs, r.Hold.Kind)
+		}
 		sups = append(sups, sup)
 	}
 	slices.SortFunc(sups, func(a, b gate.Suppression) int { return strings.Compare(a.MessageID, b.MessageID) })
 	for chunk := range slices.Chunk(sups, chunkRows) {
-		args := make([]any, 0, 14*len(chunk))
+		args := make([]any, 0, 15*len(chunk))
 		for _, p := range chunk {
 			var payload any
 			if p.Payload != "" {
@@ -176,10 +187,11 @@ func (s *Store) insertSuppressions(tx *gorm.DB, recs []gate.Record) error {
 			}
 			args = append(args, p.MessageID, p.Scene, p.Recipient, string(p.Priority), string(p.Scope),
 				time.Duration(p.LimitWindow).Milliseconds(), p.LimitMax, p.CountSeen, p.Shadow, p.Reason,
-				p.RulesVersion, s.dbTime(p.DecidedAt), s.dbTimeOrNull(p.NextAllowedAt), payload)
+				p.RulesVersion, s.dbTime(p.DecidedAt), s.dbTimeOrNull(p.NextAllowedAt), payload, string(p.HeldAs))
 		}
 		err := tx.Exec(multiRow(`INSERT INTO suppressions (message_id, scene, recipient, priority, limit_scope,
-	limit_window_ms, limit_max, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload)`, 14, len(chunk))+
+	limit_window_ms, limit_max, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload,
+	held_as)`, 15, len(chunk))+
 			` ON CONFLICT (message_id) DO NOTHING`, args...).Error
 		if err != nil {
 			return fmt.Errorf("insert suppressions: %w", err)
@@ -188,18 +200,27 @@ func (s *Store) insertSuppressions(tx *gorm.DB, recs []gate.Record) error {
 	return nil
 }
 
+// counterColumns are scene_counters' counter columns, in the order of
+// gate.SceneSummary.Counters(): every statement that writes or sums them is
+// built from this list, so the order is stated once.
+var counterColumns = [gate.NumCounters]string{"received", "forwarded", "suppressed", "dropped", "invalid",
+	"shadow_suppressed", "shadow_dropped", "forwarded_unchecked", "parked",
+	"deferred", "digested", "released", "fell_back"}
+
+// eachCounter joins format, applied to each counter column (as %[1]s), with
+// sep.
+func eachCounter(format, sep string) string {
+	parts := make([]string, len(counterColumns))
+	for i, c := range counterColumns {
+		parts[i] = fmt.Sprintf(format, c)
+	}
+	return strings.Join(parts, sep)
+}
+
 // addCounts ends an INSERT into scene_counters: a (scene, hour) row that
 // exists already gets the new counts added to its own.
-const addCounts = ` ON CONFLICT (scene, hour) DO UPDATE SET
-	received = scene_counters.received + excluded.received,
-	forwarded = scene_counters.forwarded + excluded.forwarded,
-	suppressed = scene_counters.suppressed + excluded.suppressed,
-	dropped = scene_counters.dropped + excluded.dropped,
-	invalid = scene_counters.invalid + excluded.invalid,
-	shadow_suppressed = scene_counters.shadow_suppressed + excluded.shadow_suppressed,
-	shadow_dropped = scene_counters.shadow_dropped + excluded.shadow_dropped,
-	forwarded_unchecked = scene_counters.forwarded_unchecked + excluded.forwarded_unchecked,
-	parked = scene_counters.parked + excluded.parked`
+var addCounts = " ON CONFLICT (scene, hour) DO UPDATE SET\n\t" +
+	eachCounter("%[1]s = scene_counters.%[1]s + excluded.%[1]s", ",\n\t")
 
 // sceneHour is one row of scene_counters.
 type sceneHour struct {
@@ -207,25 +228,44 @@ type sceneHour struct {
 	gate.SceneSummary
 }
 
-// addCounts adds recs to the hourly counters: summed in Go first, then one
-// upsert per chunk of (scene, hour) rows, in key order so that concurrent
-// batches lock the rows in one order.
+// addCounts adds recs to the hourly counters.
 func (s *Store) addCounts(tx *gorm.DB, recs []gate.Record) error {
-	type key struct {
-		scene string
-		hour  int64
-	}
-	sums := make(map[key]*sceneHour)
+	var sums hourSums
 	for _, r := range recs {
-		hour := r.At.UTC().Truncate(time.Hour)
-		k := key{r.Scene, hour.Unix()}
-		c := sums[k]
-		if c == nil {
-			c = &sceneHour{hour: hour, SceneSummary: gate.SceneSummary{Scene: r.Scene}}
-			sums[k] = c
-		}
-		count(&c.SceneSummary, r)
+		count(sums.at(r.Scene, r.At), r)
 	}
+	return s.upsertCounters(tx, sums)
+}
+
+// hourSums adds counts up per (scene, UTC hour) in Go, so that each
+// scene_counters row is written once per transaction.
+type hourSums map[sceneHourKey]*sceneHour
+
+type sceneHourKey struct {
+	scene string
+	hour  int64
+}
+
+// at returns the counters of scene in the hour holding t.
+func (h *hourSums) at(scene string, t time.Time) *gate.SceneSummary {
+	if *h == nil {
+		*h = make(hourSums)
+	}
+	hour := t.UTC().Truncate(time.Hour)
+	k := sceneHourKey{scene, hour.Unix()}
+	c := (*h)[k]
+	if c == nil {
+		c = &sceneHour{hour: hour, SceneSummary: gate.SceneSummary{Scene: scene}}
+		(*h)[k] = c
+	}
+	return &c.SceneSummary
+}
+
+// upsertCounters adds sums to scene_counters: one upsert per chunk of
+// (scene, hour) rows, in that order, so that concurrent transactions (the
+// commits of batches, the settling of held messages) lock the rows in one
+// order.
+func (s *Store) upsertCounters(tx *gorm.DB, sums hourSums) error {
 	rows := make([]*sceneHour, 0, len(sums))
 	for _, c := range sums {
 		rows = append(rows, c)
@@ -241,8 +281,8 @@ func (s *Store) addCounts(tx *gorm.DB, recs []gate.Record) error {
 				args = append(args, *v)
 			}
 		}
-		err := tx.Exec(multiRow(`INSERT INTO scene_counters (scene, hour, received, forwarded, suppressed, dropped,
-	invalid, shadow_suppressed, shadow_dropped, forwarded_unchecked, parked)`, 2+gate.NumCounters, len(chunk))+addCounts, args...).Error
+		err := tx.Exec(multiRow(`INSERT INTO scene_counters (scene, hour, `+eachCounter("%s", ", ")+`)`,
+			2+gate.NumCounters, len(chunk))+addCounts, args...).Error
 		if err != nil {
 			return fmt.Errorf("add counters: %w", err)
 		}
@@ -276,6 +316,10 @@ func count(c *gate.SceneSummary, r gate.Record) {
 		c.Invalid++
 	case gate.OutcomeParked:
 		c.Parked++
+	case gate.OutcomeDefer:
+		c.Deferred++
+	case gate.OutcomeDigest:
+		c.Digested++
 	}
 }
 

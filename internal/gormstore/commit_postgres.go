@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,45 +18,75 @@ import (
 // The driver prepares the statement once per connection and PostgreSQL
 // plans it once, where a multi-row VALUES list of a new length (most batches
 // hold a new number of suppressions) had to be parsed and planned anew, with
-// thousands of parameters, every time. The claim, the audit rows and the
-// counters are data-modifying CTEs of that one statement: one round trip, in
-// one implicit transaction, and the audit rows and counts join the keys the
-// claim returned, so only records new to the ledger are written.
+// thousands of parameters, every time. The claim, the audit rows, the held
+// messages and the counters are data-modifying CTEs of that one statement:
+// one round trip, in one implicit transaction, and what is written joins
+// the keys the claim returned, so only records new to the ledger are
+// written.
+//
+// PostgreSQL runs the CTEs in an order of its own, so the statement states
+// the one that matters: the held_queues rows (which Settle locks first) are
+// upserted before any counter row and any held row, because both of those
+// read queues_locked, a count of every queue row upserted. Counter and
+// queue rows are taken in byte order (COLLATE "C"), as Settle takes them,
+// whatever the database's collation.
 
 const decidedPostgres = `SELECT "key", outcome, decided_at FROM decisions WHERE "key" = ANY($1::text[])`
 
-const commitPostgres = `WITH claimed AS (
+var commitPostgres = `WITH claimed AS (
 	INSERT INTO decisions ("key", outcome, decided_at)
-	SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[])
+	SELECT * FROM unnest(` + pgArrays(1, "text", "text", "timestamptz") + `)
 	ON CONFLICT ("key") DO NOTHING
 	RETURNING "key"
 ), audited AS (
 	INSERT INTO suppressions (message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-		count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload)
+		count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
 	SELECT message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-		count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload
-	FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[],
-		$11::integer[], $12::integer[], $13::boolean[], $14::text[], $15::text[], $16::timestamptz[],
-		$17::timestamptz[], $18::text[])
+		count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as
+	FROM unnest(` + pgArrays(4, "text", "text", "text", "text", "text", "text", "bigint", "integer", "integer",
+	"boolean", "text", "text", "timestamptz", "timestamptz", "text", "text") + `)
 		AS s("key", message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-		count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload)
+		count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
 	WHERE "key" IN (SELECT "key" FROM claimed)
 	ORDER BY message_id
 	ON CONFLICT (message_id) DO NOTHING
+), holds AS (
+	SELECT ` + heldColumns + `
+	FROM unnest(` + pgArrays(20, "text", "text", "text", "text", "text", "text", "text", "text", "bigint",
+	"timestamptz", "timestamptz", "timestamptz", "text", "text", "bytea") + `)
+		AS h("key", ` + heldColumns + `)
+	WHERE "key" IN (SELECT "key" FROM claimed)
+), queued AS (
+	INSERT INTO held_queues (recipient, queue, due_at, head_seq)
+	SELECT DISTINCT ON (recipient COLLATE "C", queue COLLATE "C") recipient, queue, due_at, seq FROM holds
+	ORDER BY recipient COLLATE "C", queue COLLATE "C", seq` + upsertHead + `
+	RETURNING 1
+), queues_locked AS (
+	SELECT count(*) FROM queued
+), kept AS (
+	INSERT INTO held (` + heldColumns + `)
+	SELECT ` + heldColumns + ` FROM holds, queues_locked
+	ORDER BY message_id
+	ON CONFLICT (message_id) DO NOTHING
 ), counted AS (
-	INSERT INTO scene_counters (scene, hour, received, forwarded, suppressed, dropped, invalid,
-		shadow_suppressed, shadow_dropped, forwarded_unchecked, parked)
-	SELECT scene, hour, sum(received), sum(forwarded), sum(suppressed), sum(dropped), sum(invalid),
-		sum(shadow_suppressed), sum(shadow_dropped), sum(forwarded_unchecked), sum(parked)
-	FROM unnest($19::text[], $20::text[], $21::timestamptz[], $22::integer[], $23::integer[], $24::integer[],
-		$25::integer[], $26::integer[], $27::integer[], $28::integer[], $29::integer[], $30::integer[])
-		AS c("key", scene, hour, received, forwarded, suppressed, dropped, invalid,
-		shadow_suppressed, shadow_dropped, forwarded_unchecked, parked)
+	INSERT INTO scene_counters (scene, hour, ` + eachCounter("%s", ", ") + `)
+	SELECT scene, hour, ` + eachCounter("sum(%s)", ", ") + `
+	FROM unnest(` + pgArrays(35, append([]string{"text", "text", "timestamptz"}, slices.Repeat([]string{"integer"}, gate.NumCounters)...)...) + `)
+		AS c("key", scene, hour, ` + eachCounter("%s", ", ") + `), queues_locked
 	WHERE "key" IN (SELECT "key" FROM claimed)
 	GROUP BY scene, hour
-	ORDER BY scene, hour` + addCounts + `
+	ORDER BY scene COLLATE "C", hour` + addCounts + `
 )
 SELECT "key" FROM claimed`
+
+// pgArrays is "$from::t1[], $from+1::t2[], …", one parameter per type.
+func pgArrays(from int, types ...string) string {
+	parts := make([]string, len(types))
+	for i, t := range types {
+		parts[i] = fmt.Sprintf("$%d::%s[]", from+i, t)
+	}
+	return strings.Join(parts, ", ")
+}
 
 // decidedOnPostgres is Decided in one statement of constant text. It is
 // planned anew each time (pgx's exec mode), never from a cached generic plan:
@@ -82,6 +114,7 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 		scenes         = make([]string, n)
 		counts         [gate.NumCounters][]int32
 		sup            suppressionColumns
+		held           heldArrays
 	)
 	for i := range counts {
 		counts[i] = make([]int32, n)
@@ -98,9 +131,13 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 		if r.Suppression != nil {
 			sup.add(r, s.redact)
 		}
+		if r.Hold != nil {
+			held.add(r)
+		}
 	}
 	args := []any{keys, outcomes, ats}
 	args = append(args, sup.args()...)
+	args = append(args, held.args()...)
 	args = append(args, keys, scenes, hours)
 	for _, c := range counts {
 		args = append(args, c)
@@ -126,6 +163,7 @@ type suppressionColumns struct {
 	decidedAt                                         []time.Time
 	nextAllowedAt                                     []*time.Time
 	payload                                           []*string
+	heldAs                                            []string
 }
 
 // add appends the audit row of r, with the defaults insertSuppressions
@@ -145,6 +183,9 @@ func (c *suppressionColumns) add(r gate.Record, redact bool) {
 	if p.Payload != "" && !redact {
 		payload = &p.Payload
 	}
+	if r.Hold != nil {
+		p.HeldAs = cmp.Or(p.HeldAs, r.Hold.Kind)
+	}
 	c.key = append(c.key, r.Key)
 	c.messageID = append(c.messageID, cmp.Or(p.MessageID, r.Key))
 	c.scene = append(c.scene, cmp.Or(p.Scene, r.Scene))
@@ -160,15 +201,16 @@ func (c *suppressionColumns) add(r gate.Record, redact bool) {
 	c.decidedAt = append(c.decidedAt, decided.UTC().Truncate(time.Microsecond))
 	c.nextAllowedAt = append(c.nextAllowedAt, next)
 	c.payload = append(c.payload, payload)
+	c.heldAs = append(c.heldAs, string(p.HeldAs))
 }
 
-// args are the columns in the order of the statement's parameters $4-$18.
+// args are the columns in the order of the statement's parameters $4-$19.
 // Empty columns are non-nil, so that they bind as empty arrays, not NULL.
 func (c *suppressionColumns) args() []any {
 	return []any{
 		nonNil(c.key), nonNil(c.messageID), nonNil(c.scene), nonNil(c.recipient), nonNil(c.priority), nonNil(c.scope),
 		nonNil(c.window), nonNil(c.max), nonNil(c.seen), nonNil(c.shadow), nonNil(c.reason), nonNil(c.version),
-		nonNil(c.decidedAt), nonNil(c.nextAllowedAt), nonNil(c.payload),
+		nonNil(c.decidedAt), nonNil(c.nextAllowedAt), nonNil(c.payload), nonNil(c.heldAs),
 	}
 }
 
@@ -177,4 +219,48 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// heldArrays holds held messages column by column, for unnest().
+type heldArrays struct {
+	key, messageID, kind, recipient, queue, scene, priority, tz []string
+	seq                                                         []int64
+	heldAt, dueAt                                               []time.Time
+	expires                                                     []*time.Time
+	fallback, reason                                            []string
+	payload                                                     [][]byte
+}
+
+// add appends the message r holds, with heldOf's defaults.
+func (c *heldArrays) add(r gate.Record) {
+	h := heldOf(r)
+	var expires *time.Time
+	if !h.Expires.IsZero() {
+		t := h.Expires.UTC().Truncate(time.Microsecond)
+		expires = &t
+	}
+	c.key = append(c.key, r.Key)
+	c.messageID = append(c.messageID, h.MessageID)
+	c.kind = append(c.kind, string(h.Kind))
+	c.recipient = append(c.recipient, h.Queue.Recipient)
+	c.queue = append(c.queue, h.Queue.Name)
+	c.scene = append(c.scene, h.Scene)
+	c.priority = append(c.priority, string(h.Priority))
+	c.tz = append(c.tz, h.TZ)
+	c.seq = append(c.seq, int64(h.Seq))
+	c.heldAt = append(c.heldAt, h.HeldAt.UTC().Truncate(time.Microsecond))
+	c.dueAt = append(c.dueAt, h.DueAt.UTC().Truncate(time.Microsecond))
+	c.expires = append(c.expires, expires)
+	c.fallback = append(c.fallback, string(h.Fallback))
+	c.reason = append(c.reason, h.Reason)
+	c.payload = append(c.payload, h.Payload)
+}
+
+// args are the columns in the order of the statement's parameters $20-$34.
+func (c *heldArrays) args() []any {
+	return []any{
+		nonNil(c.key), nonNil(c.messageID), nonNil(c.kind), nonNil(c.recipient), nonNil(c.queue), nonNil(c.scene),
+		nonNil(c.priority), nonNil(c.tz), nonNil(c.seq), nonNil(c.heldAt), nonNil(c.dueAt), nonNil(c.expires),
+		nonNil(c.fallback), nonNil(c.reason), nonNil(c.payload),
+	}
 }

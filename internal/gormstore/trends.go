@@ -29,10 +29,7 @@ const (
 // sumCounters adds up the counter columns of scene_counters, in the order
 // of gate.SceneSummary's fields. SUM of bigint is numeric on PostgreSQL; the
 // casts keep it an integer on both databases.
-const sumCounters = `CAST(SUM(received) AS BIGINT), CAST(SUM(forwarded) AS BIGINT),
-	CAST(SUM(suppressed) AS BIGINT), CAST(SUM(dropped) AS BIGINT), CAST(SUM(invalid) AS BIGINT),
-	CAST(SUM(shadow_suppressed) AS BIGINT), CAST(SUM(shadow_dropped) AS BIGINT),
-	CAST(SUM(forwarded_unchecked) AS BIGINT), CAST(SUM(parked) AS BIGINT)`
+var sumCounters = eachCounter("CAST(SUM(%s) AS BIGINT)", ", ")
 
 // counterDests are the scan destinations of sumCounters' columns.
 func counterDests(c *gate.SceneSummary) []any {

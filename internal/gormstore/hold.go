@@ -1,0 +1,212 @@
+package gormstore
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+// Held messages live in two tables. held has one row per message, keyed by
+// its id, read by (recipient, queue, seq). held_queues has one row per queue
+// that holds messages, with the due time and sequence of its oldest one: it
+// is what Waiting reads, what the releaser picks due queues from, and, on
+// PostgreSQL, the lock that makes a queue one gate's at a time. Commit
+// upserts a queue's row before it writes the queue's messages and before it
+// touches any counter, and Settle locks queue rows first and counters last,
+// so the two never wait on each other in opposite orders.
+
+var _ gate.HoldStore = (*Store)(nil)
+
+// checkHold checks the message r holds: a defer or digest record holds one,
+// of the matching kind, with its queue, times and a sequence the database
+// can store; no other record holds any.
+func checkHold(r gate.Record) error {
+	var want gate.HoldKind
+	switch r.Outcome {
+	case gate.OutcomeDefer:
+		want = gate.HoldDefer
+	case gate.OutcomeDigest:
+		want = gate.HoldDigest
+	}
+	h := r.Hold
+	switch {
+	case want == "" && h != nil:
+		return fmt.Errorf("a %s record holds no message, got one to hold", r.Outcome)
+	case want == "":
+		return nil
+	case h == nil:
+		return fmt.Errorf("a %s record without the message to hold", r.Outcome)
+	case h.Kind != want:
+		return fmt.Errorf("a %s record holds its message as %q, want %q", r.Outcome, h.Kind, want)
+	case h.Queue.Recipient == "" || h.Queue.Name == "":
+		return errors.New("held message without its queue")
+	case h.HeldAt.IsZero() || h.DueAt.IsZero():
+		return errors.New("held message without its held or due time")
+	case h.Seq > math.MaxInt64:
+		return fmt.Errorf("held message sequence %d over the largest the store keeps", h.Seq)
+	}
+	return nil
+}
+
+// heldOf is the message r holds, with the defaults the audit row gets too:
+// its id and scene are the record's unless it names its own.
+func heldOf(r gate.Record) gate.Held {
+	h := *r.Hold
+	h.MessageID = cmp.Or(h.MessageID, r.Key)
+	h.Scene = cmp.Or(h.Scene, r.Scene)
+	if h.Payload == nil {
+		h.Payload = []byte{} // the column is NOT NULL
+	}
+	return h
+}
+
+// queueHead is a queue's oldest message as one transaction sees it: the
+// sequence and due time its held_queues row keeps.
+type queueHead struct {
+	queue gate.Queue
+	seq   int64
+	due   time.Time
+}
+
+// queueHeads returns the oldest of held in each of their queues, sorted by
+// queue: the order in which every transaction takes queue rows.
+func queueHeads(held []gate.Held) []queueHead {
+	heads := make(map[gate.Queue]queueHead)
+	for _, h := range held {
+		if cur, ok := heads[h.Queue]; !ok || int64(h.Seq) < cur.seq {
+			heads[h.Queue] = queueHead{queue: h.Queue, seq: int64(h.Seq), due: h.DueAt}
+		}
+	}
+	out := make([]queueHead, 0, len(heads))
+	for _, h := range heads {
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b queueHead) int { return compareQueues(a.queue, b.queue) })
+	return out
+}
+
+func compareQueues(a, b gate.Queue) int {
+	return cmp.Or(strings.Compare(a.Recipient, b.Recipient), strings.Compare(a.Name, b.Name))
+}
+
+// upsertHead ends an INSERT into held_queues: a queue that exists keeps its
+// row unless the new message is older than its oldest (a message decided on
+// one gate may commit after a later one decided on another). The row is
+// locked either way, which is what makes a commit into a queue wait while
+// a releaser settles it.
+const upsertHead = ` ON CONFLICT (recipient, queue) DO UPDATE SET due_at = excluded.due_at, head_seq = excluded.head_seq
+	WHERE excluded.head_seq < held_queues.head_seq`
+
+// upsertQueues makes sure each of heads' queues has its row, in the order
+// of heads.
+func (s *Store) upsertQueues(tx *gorm.DB, heads []queueHead) error {
+	for chunk := range slices.Chunk(heads, chunkRows) {
+		args := make([]any, 0, 4*len(chunk))
+		for _, h := range chunk {
+			args = append(args, h.queue.Recipient, h.queue.Name, s.dbTime(h.due), h.seq)
+		}
+		err := tx.Exec(multiRow(`INSERT INTO held_queues (recipient, queue, due_at, head_seq)`, 4, len(chunk))+upsertHead, args...).Error
+		if err != nil {
+			return fmt.Errorf("upsert held queues: %w", err)
+		}
+	}
+	return nil
+}
+
+// heldColumns are the columns of held in the order Settle reads them and
+// Commit writes them.
+const heldColumns = `message_id, kind, recipient, queue, scene, priority, tz, seq, held_at, due_at, expires_at, fallback, reason, payload`
+
+// insertHeld writes the held messages of recs (records new to the ledger),
+// after the rows of their queues. A message id held already keeps its row.
+func (s *Store) insertHeld(tx *gorm.DB, recs []gate.Record) error {
+	var held []gate.Held
+	for _, r := range recs {
+		if r.Hold != nil {
+			held = append(held, heldOf(r))
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	if err := s.upsertQueues(tx, queueHeads(held)); err != nil {
+		return err
+	}
+	slices.SortFunc(held, func(a, b gate.Held) int { return strings.Compare(a.MessageID, b.MessageID) })
+	for chunk := range slices.Chunk(held, chunkRows) {
+		args := make([]any, 0, 14*len(chunk))
+		for _, h := range chunk {
+			args = append(args, h.MessageID, string(h.Kind), h.Queue.Recipient, h.Queue.Name, h.Scene,
+				string(h.Priority), h.TZ, int64(h.Seq), s.dbTime(h.HeldAt), s.dbTime(h.DueAt),
+				s.dbTimeOrNull(h.Expires), string(h.Fallback), h.Reason, h.Payload)
+		}
+		err := tx.Exec(multiRow(`INSERT INTO held (`+heldColumns+`)`, 14, len(chunk))+
+			` ON CONFLICT (message_id) DO NOTHING`, args...).Error
+		if err != nil {
+			return fmt.Errorf("insert held messages: %w", err)
+		}
+	}
+	return nil
+}
+
+// Waiting reports which of queues hold messages now: those are true in the
+// map it returns, the others absent. It reads one row per queue, by primary
+// key, 500 queues to a statement. A queue the database refuses (on
+// PostgreSQL, text that is not UTF-8 or holds a NUL byte) gives an error
+// wrapping gate.ErrPermanent, as Decided's keys do: nothing of it can be
+// held. Other errors wrap gate.ErrUnavailable.
+func (s *Store) Waiting(ctx context.Context, queues []gate.Queue) (map[gate.Queue]bool, error) {
+	waiting := make(map[gate.Queue]bool)
+	queues = slices.CompactFunc(slices.SortedFunc(slices.Values(queues), compareQueues),
+		func(a, b gate.Queue) bool { return a == b })
+	for chunk := range slices.Chunk(queues, chunkRows) {
+		q, args := waitingQuery(chunk)
+		rows, err := s.db.WithContext(ctx).Raw(q, args...).Rows()
+		if err != nil {
+			return nil, classify("waiting", err)
+		}
+		if err := scanQueues(rows, waiting); err != nil {
+			return nil, classify("waiting", err)
+		}
+	}
+	return waiting, nil
+}
+
+// waitingQuery selects the rows of queues from held_queues: a list of row
+// values, which both databases look up in the primary key.
+func waitingQuery(queues []gate.Queue) (string, []any) {
+	q, args := queueList(queues)
+	return `SELECT recipient, queue FROM held_queues WHERE (recipient, queue) IN (` + q + `)`, args
+}
+
+// queueList is "(?, ?), (?, ?), …" for queues, and its arguments.
+func queueList(queues []gate.Queue) (string, []any) {
+	args := make([]any, 0, 2*len(queues))
+	for _, q := range queues {
+		args = append(args, q.Recipient, q.Name)
+	}
+	return strings.TrimSuffix(strings.Repeat("(?, ?), ", len(queues)), ", "), args
+}
+
+// scanQueues adds the (recipient, queue) rows to set, and closes rows.
+func scanQueues(rows *sql.Rows, set map[gate.Queue]bool) error {
+	defer rows.Close()
+	for rows.Next() {
+		var q gate.Queue
+		if err := rows.Scan(&q.Recipient, &q.Name); err != nil {
+			return err
+		}
+		set[q] = true
+	}
+	return rows.Err()
+}

@@ -1,0 +1,165 @@
+package gormstore
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+// settlePlan is what one round's settlements change, grouped so that a
+// round writes a few statements however many messages it settles: the
+// releaser settles a round at one time, so most groups hold many messages.
+type settlePlan struct {
+	deleted []string                 // leave held: released, fell back, digested
+	audits  map[auditUpdate][]string // audit rows marked settled
+	dues    map[int64][]string       // rescheduled: new due time (µs) -> ids
+	moves   map[moveTo][]string      // moved to a digest queue
+	moved   []gate.Held              // the moved messages, in their new queues
+	sums    hourSums                 // Released and FellBack
+	settled int                      // all but the rescheduled
+}
+
+// auditUpdate is one change of suppression rows: settled as kind at at (µs),
+// with its fallback or digest.
+type auditUpdate struct {
+	kind     gate.SettleKind
+	at       int64
+	fallback gate.Action
+	digestID string
+}
+
+// moveTo is where moved messages go: a queue and a due time (µs).
+type moveTo struct {
+	queue gate.Queue
+	due   int64
+}
+
+// planSettlements checks out against the messages handed over (due) and
+// groups it. A settlement without its time is settled at now.
+func planSettlements(due [][]gate.Held, out []gate.Settlement, now time.Time) (settlePlan, error) {
+	handed := make(map[string]gate.Held)
+	for _, q := range due {
+		for _, h := range q {
+			handed[h.MessageID] = h
+		}
+	}
+	p := settlePlan{audits: map[auditUpdate][]string{}, dues: map[int64][]string{}, moves: map[moveTo][]string{}}
+	seen := make(map[string]bool, len(out))
+	for i, st := range out {
+		h, ok := handed[st.MessageID]
+		switch {
+		case !ok:
+			return settlePlan{}, fmt.Errorf("settlement %d: message %q was not handed over", i, st.MessageID)
+		case seen[st.MessageID]:
+			return settlePlan{}, fmt.Errorf("settlement %d: message %q settled twice", i, st.MessageID)
+		}
+		seen[st.MessageID] = true
+		at := st.At
+		if at.IsZero() {
+			at = now
+		}
+		counts := p.sums.at(cmp.Or(st.Scene, h.Scene), at)
+		switch st.Kind {
+		case gate.SettleReleased, gate.SettleFellBack, gate.SettleDigested:
+			u := auditUpdate{kind: st.Kind, at: at.UnixMicro()}
+			switch st.Kind {
+			case gate.SettleReleased:
+				counts.Released++
+			case gate.SettleFellBack:
+				if st.Fallback == "" {
+					return settlePlan{}, fmt.Errorf("settlement %d (%s): fell back to no action", i, st.MessageID)
+				}
+				u.fallback = st.Fallback
+				counts.FellBack++
+			case gate.SettleDigested:
+				if st.DigestID == "" {
+					return settlePlan{}, fmt.Errorf("settlement %d (%s): digested by no digest", i, st.MessageID)
+				}
+				u.digestID = st.DigestID
+			}
+			p.deleted = append(p.deleted, st.MessageID)
+			p.audits[u] = append(p.audits[u], st.MessageID)
+			p.settled++
+		case gate.SettleReschedule:
+			if st.DueAt.IsZero() {
+				return settlePlan{}, fmt.Errorf("settlement %d (%s): rescheduled to no time", i, st.MessageID)
+			}
+			k := st.DueAt.UnixMicro()
+			p.dues[k] = append(p.dues[k], st.MessageID)
+		case gate.SettleMoved:
+			if st.Queue.Recipient == "" || st.Queue.Name == "" {
+				return settlePlan{}, fmt.Errorf("settlement %d (%s): moved to no queue", i, st.MessageID)
+			}
+			dueAt := st.DueAt
+			if dueAt.IsZero() {
+				dueAt = at
+			}
+			k := moveTo{st.Queue, dueAt.UnixMicro()}
+			p.moves[k] = append(p.moves[k], st.MessageID)
+			h.Queue, h.DueAt = st.Queue, dueAt
+			p.moved = append(p.moved, h)
+			// defer_fallback digest is a fallback: the message left the
+			// deferred, and Digested counted only those collected when
+			// decided.
+			counts.FellBack++
+			p.settled++
+		default:
+			return settlePlan{}, fmt.Errorf("settlement %d (%s): unknown kind %q", i, st.MessageID, st.Kind)
+		}
+	}
+	return p, nil
+}
+
+// applySettlements writes p's changes of held messages and audit rows, and the rows of
+// the queues moved messages joined (in queue order). The counters are left
+// to the caller, to be written after every queue row.
+func (s *Store) applySettlements(tx *gorm.DB, p settlePlan) error {
+	for chunk := range slices.Chunk(p.deleted, chunkRows) {
+		if err := tx.Exec(`DELETE FROM held WHERE message_id IN ?`, chunk).Error; err != nil {
+			return fmt.Errorf("delete settled messages: %w", err)
+		}
+	}
+	for u, ids := range p.audits {
+		set, args := "settled = ?, settled_at = ?", []any{string(u.kind), s.dbTime(time.UnixMicro(u.at))}
+		switch u.kind {
+		case gate.SettleFellBack:
+			set, args = set+", fallback = ?", append(args, string(u.fallback))
+		case gate.SettleDigested:
+			set, args = set+", digest_id = ?", append(args, u.digestID)
+		}
+		for chunk := range slices.Chunk(ids, chunkRows) {
+			if err := tx.Exec(`UPDATE suppressions SET `+set+` WHERE message_id IN ?`, append(args, chunk)...).Error; err != nil {
+				return fmt.Errorf("mark audit rows %s: %w", u.kind, err)
+			}
+		}
+	}
+	for due, ids := range p.dues {
+		for chunk := range slices.Chunk(ids, chunkRows) {
+			if err := tx.Exec(`UPDATE held SET due_at = ? WHERE message_id IN ?`, s.dbTime(time.UnixMicro(due)), chunk).Error; err != nil {
+				return fmt.Errorf("reschedule held messages: %w", err)
+			}
+		}
+	}
+	for m, ids := range p.moves {
+		for chunk := range slices.Chunk(ids, chunkRows) {
+			err := tx.Exec(`UPDATE held SET kind = ?, recipient = ?, queue = ?, due_at = ?, expires_at = NULL WHERE message_id IN ?`,
+				string(gate.HoldDigest), m.queue.Recipient, m.queue.Name, s.dbTime(time.UnixMicro(m.due)), chunk).Error
+			if err != nil {
+				return fmt.Errorf("move held messages to %s: %w", m.queue.Name, err)
+			}
+			err = tx.Exec(`UPDATE suppressions SET fallback = ? WHERE message_id IN ?`, string(gate.ActionDigest), chunk).Error
+			if err != nil {
+				return fmt.Errorf("mark audit rows moved: %w", err)
+			}
+		}
+	}
+	if len(p.moved) > 0 {
+		return s.upsertQueues(tx, queueHeads(p.moved))
+	}
+	return nil
+}
