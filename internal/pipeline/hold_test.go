@@ -21,10 +21,15 @@ type spyStore struct {
 	asked  []string
 	forgot []string
 	reject map[string]time.Time // id -> its next_allowed_at
+	fail   error                // when set, Admit fails with it
 }
 
 func (s *spyStore) Admit(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.AdmitResult, error) {
 	s.mu.Lock()
+	if s.fail != nil {
+		s.mu.Unlock()
+		return nil, s.fail
+	}
 	var pass []gate.AdmitRequest
 	for _, r := range reqs {
 		s.asked = append(s.asked, r.ID)

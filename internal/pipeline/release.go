@@ -1,0 +1,216 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/metrics"
+)
+
+// Defaults of a Releaser.
+const (
+	DefaultReleaseInterval = 500 * time.Millisecond
+	DefaultReleaseQueues   = 100
+	DefaultReleasePerQueue = 100
+	DefaultReleaseTimeout  = 10 * time.Second
+)
+
+// ReleaserOptions are a Releaser's dependencies. Rules, Store, Holds and
+// Forwarder are required.
+type ReleaserOptions struct {
+	Rules     gate.RuleSource
+	Store     gate.WindowStore
+	Holds     gate.HoldStore
+	Forwarder gate.Forwarder
+	Metrics   *metrics.Metrics // optional
+	Log       *slog.Logger     // optional
+	// Interval is how often the hold store is asked for due messages;
+	// DefaultReleaseInterval when 0. A round that settled a full page goes
+	// on at once.
+	Interval time.Duration
+	// Queues and PerQueue bound one round: how many queues, and how many
+	// messages of each, it settles (DefaultReleaseQueues and
+	// DefaultReleasePerQueue when 0).
+	Queues, PerQueue int
+	// Timeout bounds one round; DefaultReleaseTimeout when 0. A round in
+	// hand when Run's context ends is finished within it, not cut short.
+	Timeout time.Duration
+	// Now is the clock of due times, expiries and quiet hours; time.Now by
+	// default.
+	Now func() time.Time
+}
+
+// Releaser settles held messages as they come due: it forwards deferred
+// messages their windows admit again, and digests, and applies fallbacks.
+// Every gate runs one; the hold store hands each queue to one of them at a
+// time.
+type Releaser struct {
+	o ReleaserOptions
+	// failing is when the rounds started failing (zero while they succeed),
+	// and logged when it was last logged, so a store that is down is logged
+	// once a minute, not every round.
+	failing, logged time.Time
+}
+
+// NewReleaser checks the options and returns a releaser.
+func NewReleaser(o ReleaserOptions) (*Releaser, error) {
+	if o.Rules == nil || o.Store == nil || o.Holds == nil || o.Forwarder == nil {
+		return nil, errors.New("releaser: rules, store, holds and forwarder are required")
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Interval <= 0 {
+		o.Interval = DefaultReleaseInterval
+	}
+	if o.Queues <= 0 {
+		o.Queues = DefaultReleaseQueues
+	}
+	if o.PerQueue <= 0 {
+		o.PerQueue = DefaultReleasePerQueue
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultReleaseTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Releaser{o: o}, nil
+}
+
+// Run settles due messages every Interval until ctx ends. A round that
+// fails is logged and counted, and tried again at the next tick: its
+// settlements were rolled back.
+func (r *Releaser) Run(ctx context.Context) {
+	t := time.NewTicker(r.o.Interval)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		if more, _ := r.Round(ctx); more {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+}
+
+// Round settles one page of due queues and reports whether there may be
+// more due at once (it settled something and the page was full).
+func (r *Releaser) Round(ctx context.Context) (more bool, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Timeout)
+	defer cancel()
+	now := r.o.Now()
+	rules := r.o.Rules.Current()
+	var (
+		settled []gate.Settlement
+		full    bool
+		inner   error
+	)
+	done := startTimer(r.o.Metrics, "audit", "settle")
+	n, err := r.o.Holds.Settle(ctx, now, r.o.Queues, r.o.PerQueue, func(ctx context.Context, due [][]gate.Held) ([]gate.Settlement, error) {
+		full = len(due) >= r.o.Queues
+		for _, q := range due {
+			full = full || len(q) >= r.o.PerQueue
+		}
+		settled, inner = r.settle(ctx, rules, now, due)
+		return settled, inner
+	})
+	done()
+	if err != nil {
+		if inner == nil {
+			countFailure(r.o.Metrics, "audit", "settle")
+		}
+		r.failed(now, err)
+		return false, err
+	}
+	if !r.failing.IsZero() {
+		r.o.Log.Info("releasing held messages again", "failing_since", r.failing)
+		r.failing = time.Time{}
+	}
+	r.count(rules, settled)
+	return n > 0 && full, nil
+}
+
+// failed logs a failed round: the first of a run of failures, then once a
+// minute.
+func (r *Releaser) failed(now time.Time, err error) {
+	if r.failing.IsZero() {
+		r.failing = now
+	} else if now.Sub(r.logged) < time.Minute {
+		return
+	}
+	r.logged = now
+	r.o.Log.Warn("releasing held messages failed; they stay held and are tried again", "failing_since", r.failing, "err", err)
+}
+
+// count counts committed settlements.
+func (r *Releaser) count(rules *gate.RuleSet, settled []gate.Settlement) {
+	m := r.o.Metrics
+	if m == nil {
+		return
+	}
+	digests := map[string]bool{}
+	for _, s := range settled {
+		m.Settled.WithLabelValues(sceneLabel(rules, s.Scene), string(s.Kind)).Inc()
+		if s.Kind == gate.SettleDigested && !digests[s.DigestID] {
+			digests[s.DigestID] = true
+			m.Digests.Inc()
+		}
+	}
+}
+
+// settle decides the due messages of one round (see release): the hold
+// store's callback. A panic is a bug; it is recovered, logged and counted,
+// and the round is rolled back.
+func (r *Releaser) settle(ctx context.Context, rules *gate.RuleSet, now time.Time, due [][]gate.Held) (out []gate.Settlement, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.o.Log.Error("recovered from a panic while releasing held messages", "panic", v, "stack", string(debug.Stack()))
+			if r.o.Metrics != nil {
+				r.o.Metrics.Recovered.WithLabelValues("release").Inc()
+			}
+			out, err = nil, fmt.Errorf("release: panic: %v", v)
+		}
+	}()
+	rd := &round{r: r, rules: rules, now: now}
+	for _, rows := range due {
+		if len(rows) == 0 {
+			continue
+		}
+		if rows[0].Kind == gate.HoldDigest {
+			rd.planDigest(rows)
+		} else {
+			rd.planDefer(rows)
+		}
+	}
+	if err := rd.admit(ctx); err != nil {
+		return nil, err
+	}
+	for _, q := range rd.queues {
+		q.finish(rd)
+	}
+	r.forget(ctx, rd.unadmit)
+	if err := rd.forward(ctx); err != nil {
+		return nil, err
+	}
+	return rd.out, nil
+}
+
+// forget takes back admissions of messages that stay held; a failure is
+// logged: the id fills a place in its window until it slides out, which
+// holds back more, never less.
+func (r *Releaser) forget(ctx context.Context, reqs []gate.AdmitRequest) {
+	if len(reqs) == 0 {
+		return
+	}
+	if err := r.o.Store.Forget(ctx, reqs); err != nil {
+		countFailure(r.o.Metrics, "window", "forget")
+		r.o.Log.Warn("admissions of messages that stay held stay counted in their windows", "ids", len(reqs), "err", err)
+	}
+}
