@@ -9,10 +9,18 @@ import (
 	"github.com/antifatigue/gate/internal/gate"
 )
 
+func mustZone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := gate.LoadZone(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}
+
 func TestParseHold(t *testing.T) {
 	hour, day := time.Hour, 24*time.Hour
-	shanghai, _ := gate.LoadZone("Asia/Shanghai")
-	berlin, _ := gate.LoadZone("Europe/Berlin")
+	shanghai, berlin := mustZone(t, "Asia/Shanghai"), mustZone(t, "Europe/Berlin")
 	tests := []struct {
 		name string
 		doc  string

@@ -289,7 +289,8 @@ func TestDocumentTooLarge(t *testing.T) {
 }
 
 // TestDefaultRules checks the document shipped in rules/: it must parse and
-// say what its comments say.
+// say what its comments say. The scenes that were there before held
+// messages, quiet hours and calendar limits behave as they did.
 func TestDefaultRules(t *testing.T) {
 	rs, err := LoadPath("../../rules")
 	if err != nil {
@@ -318,6 +319,42 @@ func TestDefaultRules(t *testing.T) {
 			OnExceed:     gate.ActionSuppress,
 			OnStoreError: gate.ActionRetry,
 			Shadow:       true,
+		},
+		"alert.backup_failed": {
+			Limits:        []gate.Limit{{Window: time.Hour, Max: 1}},
+			OnExceed:      gate.ActionDefer,
+			OnStoreError:  gate.ActionRetry,
+			MaxDefer:      6 * time.Hour,
+			DeferFallback: gate.ActionSuppress,
+		},
+		"ci.build_failed": {
+			Limits:       []gate.Limit{{Window: 30 * time.Minute, Max: 1}},
+			OnExceed:     gate.ActionDigest,
+			OnStoreError: gate.ActionRetry,
+			DigestGroup:  "ci",
+		},
+		"ci.deploy_failed": {
+			Limits:       []gate.Limit{{Window: 30 * time.Minute, Max: 1}},
+			OnExceed:     gate.ActionDigest,
+			OnStoreError: gate.ActionRetry,
+			DigestGroup:  "ci",
+		},
+		"marketing.weekly": {
+			Limits:        []gate.Limit{{Window: 24 * time.Hour, Max: 1}},
+			OnExceed:      gate.ActionSuppress,
+			OnStoreError:  gate.ActionRetry,
+			MaxDefer:      gate.DefaultMaxDefer,
+			DeferFallback: gate.ActionSuppress,
+			TZ:            "Asia/Shanghai",
+			Zone:          mustZone(t, "Asia/Shanghai"),
+			QuietHours:    &gate.QuietHours{From: 22 * time.Hour, To: 8 * time.Hour, Action: gate.ActionDefer},
+		},
+		"reminder.approval_pending": {
+			Limits:       []gate.Limit{{Window: time.Hour, Max: 1}, {Calendar: gate.CalendarDay, Max: 3}, {Calendar: gate.CalendarWeek, Max: 10}},
+			OnExceed:     gate.ActionSuppress,
+			OnStoreError: gate.ActionRetry,
+			TZ:           "Europe/Berlin",
+			Zone:         mustZone(t, "Europe/Berlin"),
 		},
 	}
 	if !reflect.DeepEqual(rs.Scenes, want) {
