@@ -72,6 +72,7 @@ func describeRules(w io.Writer, set *gate.RuleSet) {
 		if r.Shadow {
 			extra += ", shadow"
 		}
+		extra += holdText(r)
 		fmt.Fprintf(w, "  scene %s: %s, on_exceed %s%s\n", n, limitsText(r.Limits), r.OnExceed, extra)
 	}
 }
@@ -80,8 +81,30 @@ func limitsText(ls []gate.Limit) string {
 	parts := make([]string, len(ls))
 	for i, l := range ls {
 		parts[i] = fmt.Sprintf("%d/%s", l.Max, gate.FormatDuration(l.Window))
+		if l.Calendar != "" {
+			parts[i] = fmt.Sprintf("%d/calendar %s", l.Max, l.Calendar)
+		}
 	}
 	return strings.Join(parts, " and ")
+}
+
+// holdText says what a scene does with held messages, quiet hours and its
+// zone, when it says anything.
+func holdText(r gate.SceneRule) string {
+	var b strings.Builder
+	if r.MaxDefer != 0 {
+		fmt.Fprintf(&b, ", max_defer %s then %s", gate.FormatDuration(r.MaxDefer), r.DeferFallback)
+	}
+	if r.DigestGroup != "" {
+		fmt.Fprintf(&b, ", digest_group %s", r.DigestGroup)
+	}
+	if q := r.QuietHours; q != nil {
+		fmt.Fprintf(&b, ", quiet %s-%s %s", gate.FormatClock(q.From), gate.FormatClock(q.To), q.Action)
+	}
+	if r.TZ != "" {
+		fmt.Fprintf(&b, ", tz %s", r.TZ)
+	}
+	return b.String()
 }
 
 // nacosRules pushes a validated document to Nacos, or diffs it against the
