@@ -12,9 +12,27 @@ import (
 
 var _ gate.Forwarder = (*Bus)(nil)
 
+// Headers of a held message forwarded later, and of a digest.
+const (
+	// HeaderDeferredFrom is when a released message was first held, in RFC
+	// 3339 (UTC, milliseconds).
+	HeaderDeferredFrom = "Gate-Deferred-From"
+	// HeaderDigestCount is how many held messages a digest summarises; its
+	// Gate-Decision is DecisionDigest.
+	HeaderDigestCount = "Gate-Digest-Count"
+	// DecisionDigest is the Gate-Decision of a digest.
+	DecisionDigest = "digest"
+)
+
+// deferredFromLayout is RFC 3339 with milliseconds, as a downstream reads it
+// with any RFC 3339 parser.
+const deferredFromLayout = "2006-01-02T15:04:05.000Z07:00"
+
 // Forward publishes fs to the outbound subject without waiting between
 // messages, then waits for every publish ack. Nats-Msg-Id makes a repeat
 // publish of the same message id a no-op within GATE_OUT's duplicate window.
+// A released message carries Gate-Deferred-From; a digest carries
+// Gate-Decision: digest and Gate-Digest-Count.
 func (b *Bus) Forward(ctx context.Context, fs []gate.Forward) []error {
 	errs := make([]error, len(fs))
 	futs := make([]jetstream.PubAckFuture, len(fs))
@@ -24,6 +42,13 @@ func (b *Bus) Forward(ctx context.Context, fs []gate.Forward) []error {
 		msg.Header.Set(jetstream.MsgIDHeader, f.MessageID)
 		msg.Header.Set(HeaderScene, f.Scene)
 		msg.Header.Set(HeaderDecision, string(gate.OutcomeForward))
+		if f.DigestCount > 0 {
+			msg.Header.Set(HeaderDecision, DecisionDigest)
+			msg.Header.Set(HeaderDigestCount, strconv.Itoa(f.DigestCount))
+		}
+		if !f.DeferredFrom.IsZero() {
+			msg.Header.Set(HeaderDeferredFrom, f.DeferredFrom.UTC().Format(deferredFromLayout))
+		}
 		if f.RulesVersion != "" {
 			msg.Header.Set(HeaderRulesVersion, f.RulesVersion)
 		}
