@@ -15,31 +15,28 @@ type call struct {
 	lo, hi int
 	keys   []string
 	args   []any
-	// clock is the gate's time the calendar periods in args were computed
-	// from; zero when the batch has no calendar limits.
-	clock time.Time
 }
 
 // buildCalls turns a batch into script calls of up to perCall requests
-// each. It is on the hot path: the keys and arguments of the whole batch
-// share one allocation each, and the gate's clock is read only when a
-// request has calendar limits.
-func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) ([]call, error) {
+// each, and returns the gate's time its calendar periods were computed from
+// (zero when it has no calendar limits). It is on the hot path: the keys and
+// arguments of the whole batch share one allocation each, and the gate's
+// clock is read only when a request has calendar limits.
+func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) (calls []call, now time.Time, err error) {
 	nargs, clock := 0, false
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
-			return nil, fmt.Errorf("admit: request %d (id %q): %w", i, reqs[i].ID, err)
+			return nil, now, fmt.Errorf("admit: request %d (id %q): %w", i, reqs[i].ID, err)
 		}
 		_, nc := calendarsOf(&reqs[i])
 		nargs += 4 + 2*(len(reqs[i].Limits)+len(reqs[i].Caps)) + 3*nc
 		clock = clock || nc > 0
 	}
-	var now time.Time
 	if clock {
 		now = s.now()
 	}
 	perCall = max(perCall, 1)
-	calls := make([]call, 0, (len(reqs)+perCall-1)/perCall)
+	calls = make([]call, 0, (len(reqs)+perCall-1)/perCall)
 	keys := make([]string, 2*len(reqs))
 	args := make([]any, 0, nargs)
 	for lo := 0; lo < len(reqs); lo += perCall {
@@ -51,9 +48,9 @@ func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) ([]call, error
 			keys[2*i], keys[2*i+1] = s.sceneKey(escaped, r.Scene), s.capKey(escaped)
 			args = appendArgs(args, r, now)
 		}
-		calls = append(calls, call{lo: lo, hi: hi, keys: keys[2*lo : 2*hi : 2*hi], args: args[start:len(args):len(args)], clock: now})
+		calls = append(calls, call{lo: lo, hi: hi, keys: keys[2*lo : 2*hi : 2*hi], args: args[start:len(args):len(args)]})
 	}
-	return calls, nil
+	return calls, now, nil
 }
 
 // appendArgs appends the ARGV of admit.lua: member, flags, #limits, #caps,
@@ -68,18 +65,24 @@ func appendArgs(args []any, r *gate.AdmitRequest, now time.Time) []any {
 		flags++
 	}
 	args = append(args, member(r.ID), flags, len(r.Limits), len(r.Caps))
-	for _, set := range [2][]gate.Limit{r.Limits, r.Caps} {
-		for _, l := range set {
-			if l.Calendar == "" {
-				args = append(args, l.WindowMillis(), l.Max)
-			} else {
-				args = append(args, -1-slices.Index(cals[:nc], l.Calendar), l.Max)
-			}
-		}
-	}
+	args = appendPairs(args, r.Limits, cals[:nc])
+	args = appendPairs(args, r.Caps, cals[:nc])
 	for _, c := range cals[:nc] {
 		start, end, end2 := periods(c, now, r.Zone)
 		args = append(args, start, end, end2)
+	}
+	return args
+}
+
+// appendPairs appends the (window, max) pairs of limits: a calendar limit's
+// window is -k, k naming its calendar's place in cals from 1.
+func appendPairs(args []any, limits []gate.Limit, cals []gate.Calendar) []any {
+	for _, l := range limits {
+		if l.Calendar == "" {
+			args = append(args, l.WindowMillis(), l.Max)
+		} else {
+			args = append(args, -1-slices.Index(cals, l.Calendar), l.Max)
+		}
 	}
 	return args
 }

@@ -33,7 +33,7 @@ func TestBuildCalls(t *testing.T) {
 		{64, []call{{lo: 0, hi: 3, keys: concat(ka, kb, kc), args: concat(aa, ab, ac)}}},
 	}
 	for _, tt := range tests {
-		calls, err := s.buildCalls(reqs, tt.perCall)
+		calls, _, err := s.buildCalls(reqs, tt.perCall)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,23 +78,35 @@ func equalCall(a, b call) bool {
 }
 
 // BenchmarkBuildCalls measures the Go side of a decision: keys and ARGV for
-// a batch of messages of a scene {1h/1, 24h/3} under a cap {24h/20}.
+// a batch of messages of a scene {1h/1, 24h/3} under a cap {24h/20}, and of
+// {1h/1, day/3} under {day/20}.
 func BenchmarkBuildCalls(b *testing.B) {
 	s, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}), Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	limits := []gate.Limit{{Window: time.Hour, Max: 1}, {Window: 24 * time.Hour, Max: 3}}
-	caps := []gate.Limit{{Window: 24 * time.Hour, Max: 20}}
-	for _, n := range []int{1, 64} {
-		reqs := make([]gate.AdmitRequest, n)
+	sh, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name         string
+		n            int
+		limits, caps []gate.Limit
+	}{
+		{"batch1", 1, []gate.Limit{{Window: time.Hour, Max: 1}, {Window: 24 * time.Hour, Max: 3}}, []gate.Limit{{Window: 24 * time.Hour, Max: 20}}},
+		{"batch64", 64, []gate.Limit{{Window: time.Hour, Max: 1}, {Window: 24 * time.Hour, Max: 3}}, []gate.Limit{{Window: 24 * time.Hour, Max: 20}}},
+		// The same with the day counted in Asia/Shanghai: one period triple more per request.
+		{"batch64-calendar", 64, []gate.Limit{{Window: time.Hour, Max: 1}, {Calendar: gate.CalendarDay, Max: 3}}, []gate.Limit{{Calendar: gate.CalendarDay, Max: 20}}},
+	} {
+		reqs := make([]gate.AdmitRequest, tc.n)
 		for i := range reqs {
-			reqs[i] = gate.AdmitRequest{ID: "7f1c4d8e-2b3a-4c5d-9e8f-0a1b2c3d4e5f", Recipient: "open_id:ou_84aad35d084aa403a838cf73ee18467", Scene: "alert.disk_full", Limits: limits, Caps: caps}
+			reqs[i] = gate.AdmitRequest{ID: "7f1c4d8e-2b3a-4c5d-9e8f-0a1b2c3d4e5f", Recipient: "open_id:ou_84aad35d084aa403a838cf73ee18467", Scene: "alert.disk_full", Limits: tc.limits, Caps: tc.caps, Zone: sh}
 		}
-		b.Run(map[int]string{1: "batch1", 64: "batch64"}[n], func(b *testing.B) {
+		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.buildCalls(reqs, perCallSingle); err != nil {
+				if _, _, err := s.buildCalls(reqs, perCallSingle); err != nil {
 					b.Fatal(err)
 				}
 			}

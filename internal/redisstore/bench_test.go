@@ -20,7 +20,10 @@ import (
 //
 //   - fresh: every call is a new recipient, admitted (the most writes);
 //   - steady: the scene's steady state at one message per recipient per
-//     hour: 3 members in the day, every call rejected (reads only).
+//     hour: 3 members in the day, every call rejected (reads only);
+//   - calendar: as fresh, for {1h/1, day/3} under caps {1h/4, day/20} in
+//     Asia/Shanghai: what calendar limits add (one period triple per
+//     request).
 func BenchmarkAdmit(b *testing.B) {
 	raw := newClient(b)
 	s := newStore(b, raw, newPrefix(b, raw))
@@ -29,13 +32,22 @@ func BenchmarkAdmit(b *testing.B) {
 	caps := []gate.Limit{{Window: time.Hour, Max: 4}, {Window: 24 * time.Hour, Max: 20}}
 	const batch = 256
 	run := 0
-	newBatch := func(recipient func(i int) string) []gate.AdmitRequest {
+	sh, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		b.Fatal(err)
+	}
+	calLimits := []gate.Limit{{Window: time.Hour, Max: 1}, {Calendar: gate.CalendarDay, Max: 3}}
+	calCaps := []gate.Limit{{Window: time.Hour, Max: 4}, {Calendar: gate.CalendarDay, Max: 20}}
+	newBatch := func(recipient func(i int) string, calendar bool) []gate.AdmitRequest {
 		run++
 		reqs := make([]gate.AdmitRequest, batch)
 		for i := range reqs {
 			reqs[i] = gate.AdmitRequest{
 				ID:        fmt.Sprintf("%08x-4c5d-9e8f-%04x-%012x", run, i, time.Now().UnixNano()),
 				Recipient: recipient(i), Scene: "alert.disk_full", Limits: limits, Caps: caps,
+			}
+			if calendar {
+				reqs[i].Limits, reqs[i].Caps, reqs[i].Zone = calLimits, calCaps, sh
 			}
 		}
 		return reqs
@@ -47,7 +59,7 @@ func BenchmarkAdmit(b *testing.B) {
 	}
 	full := func(i int) string { return fmt.Sprintf("open_id:ou_full_%05d", i) }
 	// Fill the held and steady windows once.
-	forced := newBatch(full)
+	forced := newBatch(full, false)
 	for i := range forced {
 		forced[i].Force = true
 	}
@@ -60,9 +72,11 @@ func BenchmarkAdmit(b *testing.B) {
 	for _, tc := range []struct {
 		name      string
 		recipient func(i int) string
+		calendar  bool
 	}{
-		{"fresh", nil},
-		{"steady", full},
+		{"fresh", nil, false},
+		{"steady", full, false},
+		{"calendar", nil, true},
 	} {
 		for _, perCall := range []int{1, perCallSingle} {
 			b.Run(fmt.Sprintf("%s/per-call=%d", tc.name, perCall), func(b *testing.B) {
@@ -75,7 +89,7 @@ func BenchmarkAdmit(b *testing.B) {
 						prefix := testenv.Unique("ou")
 						rcpt = func(i int) string { return "open_id:" + prefix + strconv.Itoa(i) }
 					}
-					admit(b, newBatch(rcpt))
+					admit(b, newBatch(rcpt, tc.calendar))
 					calls += batch
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(calls), "ns/call")

@@ -81,7 +81,7 @@ func TestBuildCallsCalendar(t *testing.T) {
 			Caps:   []gate.Limit{{Calendar: gate.CalendarDay, Max: 20}}},
 		{ID: "b", Recipient: "open_id:y", Scene: "t", Limits: []gate.Limit{{Window: time.Second, Max: 2}}},
 	}
-	calls, err := s.buildCalls(reqs, perCallSingle)
+	calls, got, err := s.buildCalls(reqs, perCallSingle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,15 +94,15 @@ func TestBuildCallsCalendar(t *testing.T) {
 	if len(calls) != 1 || !equalCall(calls[0], call{lo: 0, hi: 2, keys: calls[0].keys, args: want}) {
 		t.Fatalf("calls = %#v, want args %#v", calls, want)
 	}
-	if !calls[0].clock.Equal(clock) {
-		t.Fatalf("call clock = %s, want the gate's %s", calls[0].clock, clock)
+	if !got.Equal(clock) {
+		t.Fatalf("buildCalls clock = %s, want the gate's %s", got, clock)
 	}
-	rolling, err := s.buildCalls(reqs[1:], perCallSingle)
-	if err != nil {
-		t.Fatal(err)
+	s.now = func() time.Time {
+		t.Fatal("a rolling-only batch read the gate's clock")
+		return clock
 	}
-	if !rolling[0].clock.IsZero() {
-		t.Fatalf("a rolling-only batch read the gate's clock: %s", rolling[0].clock)
+	if _, got, err := s.buildCalls(reqs[1:], perCallSingle); err != nil || !got.IsZero() {
+		t.Fatalf("rolling-only buildCalls: clock %s, %v; want none", got, err)
 	}
 }
 

@@ -148,7 +148,7 @@ func (s *Store) Admit(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.Adm
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	calls, err := s.buildCalls(reqs, s.perCall)
+	calls, clock, err := s.buildCalls(reqs, s.perCall)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func (s *Store) Admit(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.Adm
 		pending[i] = i
 	}
 	for loaded := false; ; loaded = true {
-		noScript, err := s.run(ctx, reqs, calls, pending, results)
+		noScript, err := s.run(ctx, reqs, calls, pending, results, clock)
 		if err != nil {
 			return nil, fmt.Errorf("admit: %w: %w", gate.ErrUnavailable, err)
 		}
@@ -185,8 +185,9 @@ func (s *Store) Admit(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.Adm
 }
 
 // run sends the pending calls in one pipeline and decodes their replies into
-// results. It returns the calls that met NOSCRIPT.
-func (s *Store) run(ctx context.Context, reqs []gate.AdmitRequest, calls []call, pending []int, results []gate.AdmitResult) ([]int, error) {
+// results; clock is the gate's time their calendar periods came from. It
+// returns the calls that met NOSCRIPT.
+func (s *Store) run(ctx context.Context, reqs []gate.AdmitRequest, calls []call, pending []int, results []gate.AdmitResult, clock time.Time) ([]int, error) {
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(pending))
 	for j, i := range pending {
@@ -212,7 +213,7 @@ func (s *Store) run(ctx context.Context, reqs []gate.AdmitRequest, calls []call,
 			if !ok {
 				return nil, fmt.Errorf("script reply %d: %T, not an array", k, r)
 			}
-			if results[c.lo+k], err = decode(reply, &reqs[c.lo+k], c.clock); err != nil {
+			if results[c.lo+k], err = decode(reply, &reqs[c.lo+k], clock); err != nil {
 				return nil, err
 			}
 		}
