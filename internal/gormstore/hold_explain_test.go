@@ -69,8 +69,8 @@ func TestPostgresExplainHold(t *testing.T) {
 	scanRE := regexp.MustCompile(`(Index Scan|Index Only Scan|Bitmap Index Scan)( Backward)?( using| on) (\w+)`)
 	want := map[string]string{ // the first words of a statement -> the index it must use
 		"SELECT recipient, queue FROM held_queues WHERE (recipient, queue) IN": "held_queues_pkey",
-		"SELECT recipient, queue FROM held_queues WHERE due_at <=":            "held_queues_due_idx",
-		"SELECT * FROM (SELECT message_id":                                    "held_queue_seq_idx",
+		"SELECT recipient, queue FROM held_queues WHERE due_at <=":             "held_queues_due_idx",
+		"SELECT * FROM (SELECT message_id":                                     "held_queue_seq_idx",
 	}
 	seen := map[string]bool{}
 	for _, st := range append(waitStmts, settleStmts...) {
