@@ -20,6 +20,7 @@ var calendarCases = []testCase{
 	{"CalendarCapAcrossScenes", testCalendarCapAcrossScenes},
 	{"CalendarDuplicates", testCalendarDuplicates},
 	{"CalendarMemoryBounded", testCalendarMemoryBounded},
+	{"CalendarLargeMax", testCalendarLargeMax},
 	{"CalendarDaylightSaving", testCalendarDaylightSaving},
 	{"CalendarInvalid", testCalendarInvalid},
 }
@@ -292,6 +293,39 @@ func testCalendarMemoryBounded(t *testing.T, b Backend) {
 		wantMembers(t, b, r, "", 4)
 		wantDuplicate(t, "the newest again", admitOne(t, b.Store, reqs[19]))
 		wantRejected(t, "unforced", res, gate.Exceeded{Scope: gate.ScopeScene, Limit: l, Count: 3}, periodEnd(gate.CalendarDay, res.Now, nil))
+		return true
+	})
+}
+
+// A calendar window of more members than a store reads at once (Redis reads
+// the newest 16) counts and finds duplicates among all of them.
+func testCalendarLargeMax(t *testing.T, b Backend) {
+	const max = 40
+	l, capl := cal(gate.CalendarWeek, max), cal(gate.CalendarDay, max)
+	oncePeriod(t, func() bool {
+		r := newRecipient()
+		reqs := make([]gate.AdmitRequest, max+1)
+		for i := range reqs {
+			reqs[i] = req(r, "s", newID(), l)
+			reqs[i].Caps = limits(capl)
+		}
+		got := admit(t, b.Store, reqs...)
+		again := admit(t, b.Store, reqs[:max]...)
+		other := req(r, "t", newID(), lim(time.Hour, 1))
+		other.Caps = limits(capl)
+		capped := admitOne(t, b.Store, other)
+		if !samePeriod(gate.CalendarDay, nil, got[0].Now, capped.Now) || !samePeriod(gate.CalendarWeek, nil, got[0].Now, capped.Now) {
+			return false
+		}
+		for i := range max {
+			wantAdmitted(t, fmt.Sprintf("message %d", i+1), got[i])
+		}
+		// Both are full: the week reopens after the day, or with it.
+		wantRejected(t, "one over", got[max], gate.Exceeded{Scope: gate.ScopeScene, Limit: l, Count: max}, periodEnd(gate.CalendarWeek, got[max].Now, nil))
+		for i := range again {
+			wantDuplicate(t, fmt.Sprintf("message %d again", i+1), again[i])
+		}
+		wantRejected(t, "another scene under the cap", capped, gate.Exceeded{Scope: gate.ScopeRecipient, Limit: capl, Count: max}, periodEnd(gate.CalendarDay, capped.Now, nil))
 		return true
 	})
 }
