@@ -1,6 +1,7 @@
 package gormstore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -78,8 +79,52 @@ func FuzzCommitParsed(f *testing.F) {
 				}
 				findRow(t, name, s, rec.Suppression)
 			}
+			// Held, the message keeps its bytes and is handed back as
+			// committed.
+			held := deferredRecord(m, at, n)
+			for name, s := range stores {
+				if _, err := s.Commit(ctx, []gate.Record{held}); err != nil {
+					t.Fatalf("%s: commit of held id %q, recipient %q, scene %q: %v", name, held.Key, m.Recipient(), m.Scene, err)
+				}
+				findHeld(t, name, s, held.Hold)
+			}
 		}
 	})
+}
+
+// deferredRecord is the record of m deferred at at, as the gate makes it,
+// under an id of its own (the suppression row of m has taken m's).
+func deferredRecord(m gate.Message, at time.Time, n int) gate.Record {
+	m.ID = "held/" + m.ID
+	d := suppression(at)
+	d.Outcome, d.Queue, d.HoldUntil = gate.OutcomeDefer, gate.Queue{Recipient: m.Recipient(), Name: m.Scene}, at
+	d.Expires, d.Fallback = at.Add(time.Hour), gate.ActionSuppress
+	return gate.RecordOf(m.ID, m, d, uint64(n), "fuzz")
+}
+
+// findHeld wants Settle to hand want back as committed, and settles it.
+func findHeld(t *testing.T, name string, s *Store, want *gate.Held) {
+	t.Helper()
+	found := false
+	_, err := s.Settle(context.Background(), want.DueAt, 1000, 1000, func(_ context.Context, due [][]gate.Held) ([]gate.Settlement, error) {
+		var out []gate.Settlement
+		for _, q := range due {
+			for _, h := range q {
+				if h.MessageID == want.MessageID {
+					found = h.Queue == want.Queue && h.Scene == want.Scene && h.Priority == want.Priority &&
+						h.TZ == want.TZ && bytes.Equal(h.Payload, want.Payload)
+				}
+				out = append(out, gate.Settlement{MessageID: h.MessageID, Kind: gate.SettleReleased, At: want.DueAt})
+			}
+		}
+		return out, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: settle the held %q: %v", name, want.MessageID, err)
+	}
+	if !found {
+		t.Fatalf("%s: held %q not handed back as committed (queue %q, payload %q)", name, want.MessageID, want.Queue, want.Payload)
+	}
 }
 
 // suppression is a decision that suppresses a message at at, with the
