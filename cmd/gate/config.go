@@ -50,6 +50,7 @@ type config struct {
 	LedgerRetention  time.Duration
 	AuditRetention   time.Duration
 	ShutdownTimeout  time.Duration
+	ReleaseInterval  time.Duration
 
 	// explicit holds the flags whose value came from a flag or a variable
 	// rather than the default.
@@ -147,6 +148,7 @@ func settings(c *config) []setting {
 			return nil
 		}},
 		{"shutdown-timeout", "GATE_SHUTDOWN_TIMEOUT", "10s", "longest graceful shutdown", false, dur(&c.ShutdownTimeout)},
+		{"release-interval", "GATE_RELEASE_INTERVAL", "500ms", "how often held messages (defer, digest, quiet hours) are checked for release", false, dur(&c.ReleaseInterval)},
 	}
 }
 
@@ -229,6 +231,9 @@ func (c *config) validate() error {
 	}
 	if c.AckWait < 4*c.StoreTimeout {
 		errs = append(errs, fmt.Sprintf("GATE_ACK_WAIT (%s) must be well above GATE_STORE_TIMEOUT (%s)", c.AckWait, c.StoreTimeout))
+	}
+	if c.ReleaseInterval < 10*time.Millisecond || c.ReleaseInterval > time.Minute {
+		errs = append(errs, fmt.Sprintf("GATE_RELEASE_INTERVAL must be from 10ms to 1m, got %s", c.ReleaseInterval))
 	}
 	if c.MaxMessageBytes < 1024 {
 		errs = append(errs, "GATE_MAX_MESSAGE_BYTES must be at least 1024")

@@ -143,9 +143,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	}
 
 	p, err := pipeline.New(pipeline.Options{
-		Rules: live, Store: store, Audit: audit, Forwarder: bus, Metrics: m, Log: log,
+		Rules: live, Store: store, Audit: audit, Holds: audit, Forwarder: bus, Metrics: m, Log: log,
 		MaxMessageBytes: c.MaxMessageBytes,
 	})
+	if err != nil {
+		return err
+	}
+	releaser, err := newReleaser(c, live, store, audit, bus, m, log)
 	if err != nil {
 		return err
 	}
@@ -194,6 +198,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		})
 	}
 	wg.Go(func() { pruneLoop(consumeCtx, audit, c.AuditRetention, log) })
+	wg.Go(func() { releaser.Run(consumeCtx) })
 
 	var runErr error
 	select {

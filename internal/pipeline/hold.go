@@ -23,8 +23,8 @@ func (p *Pipeline) plan(rules *gate.RuleSet, items []item, now time.Time) {
 // store says so, or when a batch still in flight held one in it (not yet
 // committed, so the store does not know it). A message held by quiet hours
 // needs no check: it is held (or suppressed) whatever its queue holds. One
-// call to the store serves the whole batch; its error fails the batch, to
-// be retried.
+// call to the store serves the whole batch; a transient error fails the
+// batch, to be retried.
 func (p *Pipeline) holdBehind(ctx context.Context, items []item, now time.Time) error {
 	if p.o.Holds == nil {
 		return nil
@@ -47,18 +47,20 @@ func (p *Pipeline) holdBehind(ctx context.Context, items []item, now time.Time) 
 		}
 	}
 	p.mu.Unlock()
-	if len(ask) > 0 {
-		done := p.timer("audit", "waiting")
-		found, err := p.o.Holds.Waiting(ctx, ask)
-		done()
-		if err != nil {
-			return err
-		}
+	// A queue the store refuses for good (text it cannot hold) can hold
+	// nothing: it is taken as empty, and the commit refuses the message's
+	// record too and parks it.
+	err := isolate(p, "audit", "waiting", gate.ErrPermanent, ask, func(part []gate.Queue) error {
+		found, err := p.o.Holds.Waiting(ctx, part)
 		for q, w := range found {
 			if w {
 				waiting[q] = true
 			}
 		}
+		return err
+	}, func(gate.Queue, error) {})
+	if err != nil {
+		return err
 	}
 	for i := range items {
 		it := &items[i]

@@ -334,3 +334,15 @@ func TestWaitingFailureRetries(t *testing.T) {
 		t.Errorf("committed %v and forwarded %v, want nothing", e.led.recs, e.out.forwarded())
 	}
 }
+
+// A queue the hold store refuses for good holds nothing: its messages are
+// decided as if it were empty (the commit then meets the same refusal).
+func TestWaitingRefusalIsNoQueue(t *testing.T) {
+	e := newHoldEnv(t, true)
+	e.box.failWaiting = fmt.Errorf("fake: %w", gate.ErrPermanent)
+	noErrors(t, e.p.Handle(t.Context(), []gate.Delivery{e.msg("d", "d1", ""), e.msg("d", "d2", "")}))
+	if got := e.out.forwarded(); !slices.Equal(got, []string{"d1"}) {
+		t.Errorf("forwarded %v, want [d1]", got)
+	}
+	e.held(t, "d2", gate.HoldDefer, "d", gate.ReasonLimit)
+}
