@@ -69,7 +69,8 @@ type AdmitResult struct {
 // to retry after a partial failure.
 //
 // An admitted id is remembered while it is inside its scene's longest
-// window; the audit log's ledger remembers decided ids for longer.
+// window, or its calendar period; the audit log's ledger remembers decided
+// ids for longer.
 //
 // Errors are transient (wrap ErrUnavailable) and the caller retries the
 // batch, except ErrInvalidRequest, which fails the whole batch before
