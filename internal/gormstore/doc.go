@@ -1,11 +1,13 @@
 // Package gormstore is the gate's audit store: it implements gate.AuditLog
-// (the idempotency ledger, suppression rows and per-scene hourly counters,
-// written together in one transaction per batch) and gate.Reports (the
-// suppression list and the summary) and gate.Trends (hourly counters over
-// time, the most suppressed recipients) over gorm, on PostgreSQL or, for the
-// embedded default, on SQLite (github.com/glebarez/sqlite, pure Go). It
-// prunes the idempotency ledger (Prune) and, for audit retention, old
-// suppression rows (PruneSuppressions), in small batches.
+// (the idempotency ledger, suppression rows, held messages and per-scene
+// hourly counters, written together in one transaction per batch),
+// gate.HoldStore (which queues hold messages; settling due ones, each queue
+// by one gate at a time), gate.Reports (the suppression list and the
+// summary) and gate.Trends (hourly counters over time, the most suppressed
+// recipients) over gorm, on PostgreSQL or, for the embedded default, on
+// SQLite (github.com/glebarez/sqlite, pure Go). It prunes the idempotency
+// ledger (Prune) and, for audit retention, old suppression rows
+// (PruneSuppressions), in small batches.
 //
 // Opening a Store applies the SQL files of package migrations that the
 // database has not seen yet, each in its own transaction, and records them in
