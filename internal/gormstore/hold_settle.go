@@ -47,7 +47,8 @@ const heldPerStatement = 200
 //
 // settle runs while the transaction holds the queues (and, on SQLite, the
 // database's only connection, so commits wait for it): it should do what it
-// must (publish, admit) and return. Its error, or a failure of the store,
+// must (publish, admit) and return, and must not call the Store, which on
+// SQLite would wait for the connection its own caller holds. Its error, or a failure of the store,
 // rolls everything back and is returned, settle's wrapped as it was, the
 // store's wrapping gate.ErrUnavailable. Settlements that name a message not
 // handed to settle, name one twice or lack what their kind needs roll back
