@@ -19,13 +19,16 @@ const (
 )
 
 // DigestID is the id of the digest that carries the held messages of queue
-// q whose oldest is the message oldestID. It depends on nothing else, so a
+// q from the message firstID to lastID (a queue's messages are a sequence,
+// so these two name the digest's content). It depends on nothing else: a
 // digest settled again after a crash has the same id (its Nats-Msg-Id and
-// its admission in the windows), and the outbound stream keeps one copy.
-func DigestID(q Queue, oldestID string) string {
+// its admission in the windows), and the outbound stream keeps one copy;
+// one that carries more messages than the copy published before the crash
+// has another id, and is published too, so no message is in none.
+func DigestID(q Queue, firstID, lastID string) string {
 	h := sha256.New()
-	for _, s := range []string{q.Recipient, q.Name, oldestID} {
-		// Each part is prefixed by its length: no two triples hash alike.
+	for _, s := range []string{q.Recipient, q.Name, firstID, lastID} {
+		// Each part is prefixed by its length: no two tuples hash alike.
 		fmt.Fprintf(h, "%d:%s", len(s), s)
 	}
 	return "digest:" + hex.EncodeToString(h.Sum(nil)[:16])

@@ -8,23 +8,24 @@ import (
 	"unicode/utf8"
 )
 
-// A digest's id depends on its recipient, queue and oldest message only,
-// and tells each of them apart.
+// A digest's id depends on its recipient, queue, first and last message
+// only, and tells each of them apart.
 func TestDigestID(t *testing.T) {
 	q := Queue{Recipient: "open_id:ou_1", Name: "digest:ci"}
-	id := DigestID(q, "m1")
-	if id != DigestID(q, "m1") {
+	id := DigestID(q, "m1", "m3")
+	if id != DigestID(q, "m1", "m3") {
 		t.Fatal("the same digest got two ids")
 	}
 	if !strings.HasPrefix(id, "digest:") || len(id) > MaxIDBytes || CheckName("id", id, MaxIDBytes) != nil {
 		t.Fatalf("id %q is not a valid message id", id)
 	}
 	others := []string{
-		DigestID(Queue{Recipient: "open_id:ou_2", Name: "digest:ci"}, "m1"),
-		DigestID(Queue{Recipient: "open_id:ou_1", Name: "digest:ops"}, "m1"),
-		DigestID(q, "m2"),
+		DigestID(Queue{Recipient: "open_id:ou_2", Name: "digest:ci"}, "m1", "m3"),
+		DigestID(Queue{Recipient: "open_id:ou_1", Name: "digest:ops"}, "m1", "m3"),
+		DigestID(q, "m2", "m3"),
+		DigestID(q, "m1", "m4"), // one more message joined
 		// The parts' boundaries count: these concatenate alike.
-		DigestID(Queue{Recipient: "open_id:ou_1d", Name: "igest:ci"}, "m1"),
+		DigestID(Queue{Recipient: "open_id:ou_1d", Name: "igest:ci"}, "m1", "m3"),
 	}
 	for _, o := range others {
 		if o == id {

@@ -201,7 +201,7 @@ func TestReleaseDigest(t *testing.T) {
 	e.hold(gate.HoldDigest, "digest:grp", "g1", "c")
 	e.round(t)
 	q := gate.Queue{Recipient: "open_id:ou_1", Name: "digest:grp"}
-	id := gate.DigestID(q, "a")
+	id := gate.DigestID(q, "a", "c")
 	if got := e.out.forwarded(); !slices.Equal(got, []string{id}) {
 		t.Fatalf("forwarded %v, want the digest %s", got, id)
 	}
@@ -245,7 +245,7 @@ func TestReleaseDigest(t *testing.T) {
 	}
 	e.now = noon.Add(time.Hour)
 	e.round(t)
-	if got := e.out.forwarded(); len(got) != 2 || got[1] != gate.DigestID(q, "d") || e.out.fs[1].DigestCount != 2 {
+	if got := e.out.forwarded(); len(got) != 2 || got[1] != gate.DigestID(q, "d", "e") || e.out.fs[1].DigestCount != 2 {
 		t.Errorf("forwarded %v, want a second digest of 2", got)
 	}
 }
@@ -302,7 +302,7 @@ func TestReleaseFailuresRollBack(t *testing.T) {
 				t.Fatalf("settled %v in a failed round", got)
 			}
 			// a was published before b failed: GATE_OUT keeps one copy.
-			e.out.mayPublishAgain("a", gate.DigestID(gate.Queue{Recipient: "open_id:ou_1", Name: "digest:grp"}, "c"))
+			e.out.mayPublishAgain("a", gate.DigestID(gate.Queue{Recipient: "open_id:ou_1", Name: "digest:grp"}, "c", "c"))
 			tt.mend(e)
 			e.round(t)
 			e.settled(t, map[string]gate.SettleKind{"a": gate.SettleReleased, "b": gate.SettleReleased, "c": gate.SettleDigested})
@@ -341,5 +341,38 @@ func TestReleaserRuns(t *testing.T) {
 	}
 	if !errors.Is(ctx.Err(), context.Canceled) {
 		t.Fatal(ctx.Err())
+	}
+}
+
+// A digest rolled back after its publish is sent again under the same id
+// (GATE_OUT keeps one copy); once a message joined it meanwhile, it is
+// another digest, with another id, so the late message is in one that was
+// sent.
+func TestDigestRolledBackAndJoined(t *testing.T) {
+	e := newReleaseEnv(t)
+	q := gate.Queue{Recipient: "open_id:ou_1", Name: "digest:grp"}
+	e.rules.Scenes["g3"] = gate.SceneRule{Limits: []gate.Limit{{Window: time.Hour, Max: 100}}, OnExceed: gate.ActionDigest, DigestGroup: "grp"}
+	e.hold(gate.HoldDigest, "digest:grp", "g3", "a")
+	e.hold(gate.HoldDigest, "digest:grp", "g3", "b")
+	e.out.fail = func(f gate.Forward) error {
+		e.out.fail = nil
+		e.out.publishes++ // published, but its ack lost: the round fails
+		e.out.stored[f.MessageID], e.out.ids, e.out.fs = true, append(e.out.ids, f.MessageID), append(e.out.fs, f)
+		return fmt.Errorf("fake: ack lost: %w", gate.ErrUnavailable)
+	}
+	if _, err := e.r.Round(t.Context()); err == nil {
+		t.Fatal("the round succeeded")
+	}
+	e.hold(gate.HoldDigest, "digest:grp", "g3", "c")
+	e.round(t)
+	first, second := gate.DigestID(q, "a", "b"), gate.DigestID(q, "a", "c")
+	if got := e.out.forwarded(); !slices.Equal(got, []string{first, second}) {
+		t.Fatalf("forwarded %v, want the lost-ack digest %s and the one with c, %s", got, first, second)
+	}
+	if e.out.fs[1].DigestCount != 3 {
+		t.Errorf("second digest carries %d, want 3", e.out.fs[1].DigestCount)
+	}
+	if _, got := e.box.state(); got["c"].DigestID != second {
+		t.Errorf("c: %+v, want carried by %s", got["c"], second)
 	}
 }

@@ -153,7 +153,7 @@ func (rd *round) unknownScene() (step, gate.Action) {
 // the digest's own id, in the head's scene.
 func (rd *round) planDigest(rows []gate.Held) {
 	head := rows[0]
-	q := &queueRound{queue: head.Queue, digest: true, ask: -1, digestID: gate.DigestID(head.Queue, head.MessageID)}
+	q := &queueRound{queue: head.Queue, digest: true, ask: -1, digestID: gate.DigestID(head.Queue, head.MessageID, rows[len(rows)-1].MessageID)}
 	rd.queues = append(rd.queues, q)
 	all := func(st step, due time.Time, fallback gate.Action) {
 		for _, h := range rows {
