@@ -285,12 +285,12 @@ scenes:
     limits: [{window: 5s, max: 1}]
     on_exceed: defer
   h.fb_suppress:
-    limits: [{window: 10s, max: 1}]
+    limits: [{window: 30s, max: 1}]
     on_exceed: defer
     max_defer: 2s
     defer_fallback: suppress
   h.fb_drop:
-    limits: [{window: 10s, max: 1}]
+    limits: [{window: 30s, max: 1}]
     on_exceed: defer
     max_defer: 2s
     defer_fallback: drop
@@ -393,8 +393,9 @@ func TestDeferSurvivesKill(t *testing.T) {
 	})
 }
 
-// TestDeferFallback: a message held past max_defer gets defer_fallback,
-// and its audit row and the summary say so.
+// TestDeferFallback: a message held past max_defer gets defer_fallback
+// then, even when its window reopens only later, and its audit row and the
+// summary say so.
 func TestDeferFallback(t *testing.T) {
 	t.Parallel()
 	forEachStack(t, func(t *testing.T, kind stack) {
@@ -411,8 +412,12 @@ func TestDeferFallback(t *testing.T) {
 				if r := rows[m2.ID]; r.HeldAs != gate.HoldDefer || r.Fallback != fb || r.SettledAt.IsZero() {
 					t.Errorf("row of %s = %+v, want held_as defer, settled fell_back with fallback %s", m2.ID, r, fb)
 				}
-				if r := rows[m2.ID]; !r.SettledAt.IsZero() && r.SettledAt.Sub(r.DecidedAt) < 1500*time.Millisecond {
-					t.Errorf("%s fell back %s after it was held, before its max_defer of 2s", m2.ID, r.SettledAt.Sub(r.DecidedAt))
+				// max_defer is the longest hold: the message falls back about
+				// 2s after it was held, long before its 30s window reopens.
+				if r := rows[m2.ID]; !r.SettledAt.IsZero() {
+					if held := r.SettledAt.Sub(r.DecidedAt); held < 1500*time.Millisecond || held > 20*time.Second {
+						t.Errorf("%s fell back %s after it was held, want about its max_defer of 2s (and not at the window's reopening, 30s)", m2.ID, held)
+					}
 				}
 				if got := msgIDs(c.outFor(to)); !slices.Equal(got, []string{m1.ID}) {
 					t.Errorf("gate.out for %s: %v, want only %s", to, got, m1.ID)

@@ -250,6 +250,7 @@ func TestCalendarLimits(t *testing.T) {
 				return
 			}
 			want := next(r.DecidedAt)
+			t.Logf("%s (%s): next_allowed_at %s, want %s", id, r.Scene, r.NextAllowedAt, want)
 			if d := r.NextAllowedAt.Sub(want); d < -time.Second || d > time.Second || r.LimitMax != max || r.CountSeen != max || r.Scope != gate.ScopeScene {
 				t.Errorf("row of %s = %+v, want scene limit %d with %d seen, next_allowed_at %s", id, r, max, max, want)
 			}
