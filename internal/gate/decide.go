@@ -93,8 +93,9 @@ type Decision struct {
 	At            time.Time
 
 	// The hold of a defer or digest outcome: the queue the message joins,
-	// when it is tried first (HoldUntil), and for a deferred message when it
-	// expires and what it gets then.
+	// when it is tried first (HoldUntil: when its window reopens, or its
+	// quiet hours end, but no later than it expires), and for a deferred
+	// message when it expires and what it gets then.
 	Queue     Queue
 	HoldUntil time.Time
 	Expires   time.Time
@@ -194,6 +195,11 @@ func hold(d *Decision, p Plan, o Outcome, due time.Time) {
 		maxDefer = DefaultMaxDefer
 	}
 	d.Expires = d.At.Add(maxDefer)
+	// Due by its expiry at the latest, so that the releaser meets it then
+	// and applies the fallback, not at a reopening after it.
+	if d.Expires.Before(d.HoldUntil) {
+		d.HoldUntil = d.Expires
+	}
 	d.Fallback = p.Rule.DeferFallback
 	if d.Fallback == "" {
 		d.Fallback = ActionSuppress

@@ -244,3 +244,16 @@ func TestQueued(t *testing.T) {
 		t.Errorf("without a hold store: %+v, want a plain suppression", d)
 	}
 }
+
+// A deferred message is due by its expiry at the latest: the releaser
+// meets it then and applies its fallback, not at a reopening after it.
+func TestHoldDueByExpiry(t *testing.T) {
+	rs := holdRules()
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	m := Message{ID: "m", Scene: "defer", ReceiveIDType: "open_id", ReceiveID: "ou"}
+	res := AdmitResult{Exceeded: &Exceeded{Scope: ScopeScene}, NextAllowedAt: now.Add(30 * time.Hour), Now: now}
+	d := Resolve(rs, PlanMessage(rs, m, now), res, now)
+	if !d.HoldUntil.Equal(now.Add(6*time.Hour)) || !d.NextAllowedAt.Equal(now.Add(30*time.Hour)) {
+		t.Errorf("due %v (next allowed %v), want the expiry %v", d.HoldUntil, d.NextAllowedAt, now.Add(6*time.Hour))
+	}
+}

@@ -173,7 +173,7 @@ func TestReleaseQuietHours(t *testing.T) {
 	e := newReleaseEnv(t)
 	e.now = time.Date(2026, 11, 22, 23, 0, 0, 0, time.UTC)
 	tokyo := func(h *gate.Held) { h.Queue.Recipient, h.TZ = "open_id:ou_2", "Asia/Tokyo" } // 08:00 there
-	e.hold(gate.HoldDefer, "q", "q", "utc", func(h *gate.Held) { h.Reason = gate.ReasonQuietHours })
+	e.hold(gate.HoldDefer, "q", "q", "utc", func(h *gate.Held) { h.Reason, h.Expires = gate.ReasonQuietHours, e.now.Add(gate.DefaultMaxDefer) })
 	e.hold(gate.HoldDefer, "q", "q", "tokyo1", tokyo)
 	e.hold(gate.HoldDefer, "q", "q", "tokyo2", tokyo)
 	e.round(t)
@@ -375,4 +375,19 @@ func TestDigestRolledBackAndJoined(t *testing.T) {
 	if _, got := e.box.state(); got["c"].DigestID != second {
 		t.Errorf("c: %+v, want carried by %s", got["c"], second)
 	}
+}
+
+// A message rescheduled past its expiry is due at its expiry, to fall back
+// then.
+func TestRescheduleStopsAtExpiry(t *testing.T) {
+	e := newReleaseEnv(t)
+	e.store.reject["a"] = noon.Add(30 * time.Hour)
+	e.hold(gate.HoldDefer, "d", "d", "a")
+	e.round(t)
+	if h, _ := e.box.row("a"); !h.DueAt.Equal(noon.Add(6 * time.Hour)) {
+		t.Fatalf("a due at %v, want its expiry %v", h.DueAt, noon.Add(6*time.Hour))
+	}
+	e.now = noon.Add(6 * time.Hour)
+	e.round(t)
+	e.settled(t, map[string]gate.SettleKind{"a": gate.SettleFellBack})
 }

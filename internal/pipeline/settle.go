@@ -225,6 +225,11 @@ func (q *queueRound) finish(rd *round) {
 	// held: no later message is released ahead of it.
 	var floor time.Time
 	stay := func(s heldStep, due time.Time) {
+		// Due by its expiry at the latest (see gate.Decision.HoldUntil);
+		// expiries follow the queue's order, as its messages were held.
+		if !s.h.Expires.IsZero() && s.h.Expires.Before(due) {
+			due = s.h.Expires
+		}
 		due = later(due, floor)
 		floor = due
 		rd.reschedule(s.h, due)
