@@ -393,6 +393,50 @@ func TestDeferSurvivesKill(t *testing.T) {
 	})
 }
 
+// TestDeferSharedByGates: three gates on one Redis and one PostgreSQL
+// release each deferred message exactly once, in the order they arrived.
+// (Which message is admitted at once depends on which gate decides first:
+// the three of one recipient may be in three gates' batches.)
+func TestDeferSharedByGates(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, stackReal, deferRules)
+	gates := []*gateProc{e.start(nil), e.start(nil), e.start(nil)}
+	c := e.client()
+	var tos []string
+	var all []holdMsg
+	for range 4 {
+		to := testenv.Unique("shared")
+		tos = append(tos, to)
+		all = append(all, series(to, "h.defer", 3)...)
+	}
+	c.sendHeld(all...)
+	for _, to := range tos {
+		out := c.waitOut(to, 3, time.Minute, nil)
+		var released []string
+		for _, o := range out {
+			if o.Header.Get(hdrDeferredFrom) != "" {
+				released = append(released, o.MsgID)
+			}
+		}
+		if len(released) != 2 || !slices.IsSorted(released) {
+			t.Errorf("gate.out for %s: %v, of which released %v; want two released, in the order they arrived", to, msgIDs(out), released)
+		}
+	}
+	waitFor(t, 10*time.Second, func() bool { return gates[1].summary()["h.defer"].Released == 8 })
+	out, err := c.readOut()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(all))
+	for i, m := range all {
+		ids[i] = m.ID
+	}
+	onceEach(t, out, ids...)
+	if s := gates[2].summary()["h.defer"]; s.Received != 12 || s.Forwarded != 4 || s.Deferred != 8 || s.Released != 8 {
+		t.Errorf("h.defer summary = %+v, want received 12, forwarded 4, deferred 8, released 8", s)
+	}
+}
+
 // TestDeferFallback: a message held past max_defer gets defer_fallback
 // then, even when its window reopens only later, and its audit row and the
 // summary say so.

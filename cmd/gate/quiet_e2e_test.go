@@ -20,7 +20,8 @@ func clockOf(t time.Time) string { return fmt.Sprintf("%02d:%02d", t.Hour(), t.M
 // quietRules writes a document whose quiet hours are quiet now: q.suppress
 // and q.drop for an hour either side of now in UTC, q.tz and q.tzrev for an
 // hour either side of now in Asia/Tokyo's wall clock (which UTC's is nine
-// hours from), and q.defer until end.
+// hours from), and q.defer until end. q.queue is quiet until end on
+// Tokyo's wall clock only: in its own zone (UTC) it is not quiet.
 func quietRules(now, end time.Time, tokyo *time.Location) string {
 	utc, tk := now.UTC(), now.In(tokyo)
 	around := func(t time.Time) string {
@@ -45,7 +46,11 @@ scenes:
     limits: [{window: 1m, max: 10}]
     tz: Asia/Tokyo
     quiet_hours: %[2]s, action: suppress}
-`, around(utc), around(tk), clockOf(end.UTC().Add(-2*time.Hour)), clockOf(end.UTC()))
+  q.queue:
+    limits: [{window: 1m, max: 10}]
+    quiet_hours: {from: "%[5]s", to: "%[6]s", action: defer}
+`, around(utc), around(tk), clockOf(end.UTC().Add(-2*time.Hour)), clockOf(end.UTC()),
+		clockOf(end.In(tokyo).Add(-2*time.Hour)), clockOf(end.In(tokyo)))
 }
 
 // publishMsg publishes one message with headers and waits until the gate
@@ -91,7 +96,12 @@ func TestQuietHours(t *testing.T) {
 		t2.TZ = "Asia/Tokyo"
 		r1, r2 := m("r1", "q.tzrev"), m("r2", "q.tzrev")
 		r2.TZ = "UTC"
-		c.sendHeld(s1, s2, d1, f1, t1, t2, r1, r2)
+		// qa is quiet in its own zone and held until end; qb, of the same
+		// (recipient, scene), is not quiet in the scene's zone, but must not
+		// overtake qa: it is held behind it.
+		qa, qb := m("qa", "q.queue"), m("qb", "q.queue")
+		qa.TZ = "Asia/Tokyo"
+		c.sendHeld(s1, s2, d1, f1, t1, t2, r1, r2, qa, qb)
 		if time.Now().After(end) {
 			t.Fatalf("the messages were decided after the quiet span of q.defer ended (%s): the machine is too slow for this test", end)
 		}
@@ -116,6 +126,12 @@ func TestQuietHours(t *testing.T) {
 			t.Errorf("row of %s = %+v, want held_as defer by quiet_hours", f1.ID, r)
 		} else if d := r.NextAllowedAt.Sub(end); d < -time.Second || d > time.Second {
 			t.Errorf("%s is held until %s, want the end of quiet hours %s", f1.ID, r.NextAllowedAt, end)
+		}
+		if r := rows[qa.ID]; r.HeldAs != gate.HoldDefer || r.Reason != gate.ReasonQuietHours {
+			t.Errorf("row of %s = %+v, want held_as defer by quiet_hours (its own zone)", qa.ID, r)
+		}
+		if r := rows[qb.ID]; r.HeldAs != gate.HoldDefer || r.Reason != gate.ReasonQueued {
+			t.Errorf("row of %s = %+v, want held_as defer, queued behind %s", qb.ID, r, qa.ID)
 		}
 		for _, x := range []holdMsg{s2, d1, t1, r2} {
 			if _, ok := rows[x.ID]; ok {
@@ -173,12 +189,19 @@ func TestQuietHours(t *testing.T) {
 		if from := deferredFrom(t, rel); from.After(end) || from.Before(now.Add(-time.Second)) {
 			t.Errorf("%s: %s %s, want when it was held (after %s)", f1.ID, hdrDeferredFrom, from, now)
 		}
-		g.waitRows(to, 30*time.Second, "the deferred message settled", settled(gate.SettleReleased, f1.ID))
+		queue := c.waitOut(to, 2, time.Minute, func(o outMsg) bool { return o.MsgID == qa.ID || o.MsgID == qb.ID })
+		if got := msgIDs(queue); got[0] != qa.ID || got[1] != qb.ID {
+			t.Errorf("q.queue released %v, want %s then %s (in the order they arrived)", got, qa.ID, qb.ID)
+		}
+		if queue[0].Time.Before(end.Add(-500 * time.Millisecond)) {
+			t.Errorf("%s released at %s, before its quiet hours end at %s", qa.ID, queue[0].Time, end)
+		}
+		g.waitRows(to, 30*time.Second, "the deferred messages settled", settled(gate.SettleReleased, f1.ID, qa.ID, qb.ID))
 		all, err := c.readOut()
 		if err != nil {
 			t.Fatal(err)
 		}
-		onceEach(t, all, f1.ID, s2.ID)
+		onceEach(t, all, f1.ID, s2.ID, qa.ID, qb.ID)
 		waitFor(t, 10*time.Second, func() bool { return g.summary()["q.defer"].Released == 1 })
 		if s := g.summary()["q.defer"]; s.Received != 1 || s.Deferred != 1 || s.Released != 1 || s.Forwarded != 0 {
 			t.Errorf("q.defer summary = %+v, want received 1, deferred 1, released 1", s)
