@@ -12,7 +12,7 @@ import (
 
 // TestOpenAPIConformance runs schemathesis (PyPI) against the OpenAPI
 // document of a real gate (NATS, Redis, Postgres) that holds decided
-// traffic: every operation is called with generated valid and invalid
+// traffic, held messages settled included: every operation is called with generated valid and invalid
 // parameters, and any 5xx, any answer that does not match its documented
 // status, content type, headers or schema, any invalid request accepted,
 // or an API open without the token fails the test. Settings:
@@ -27,7 +27,8 @@ func TestOpenAPIConformance(t *testing.T) {
 	e := newEnv(t, stackReal, reportRules)
 	const token = "schemathesis-s3cret"
 	g := e.start(map[string]string{"GATE_API_TOKEN": token, "GATE_LOG_LEVEL": "warn"})
-	reportTraffic(t, e.client())
+	// Settled held messages, so that their rows' fields meet the schema too.
+	waitHeldSettled(t, g, reportTraffic(t, e.client()))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

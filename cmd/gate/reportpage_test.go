@@ -36,18 +36,46 @@ scenes:
     limits: [{window: 7d, max: 1}]
     on_exceed: suppress
     shadow: true
+  remind.later:
+    limits: [{window: 2s, max: 1}]
+    on_exceed: defer
+    max_defer: 1m
+  remind.expiring:
+    limits: [{window: 1h, max: 1}]
+    on_exceed: defer
+    max_defer: 2s
+    defer_fallback: drop
+  ci.build_failed:
+    limits: [{window: 2s, max: 1}]
+    on_exceed: digest
+    digest_group: ci
 `
 
+// traffic names the recipients of reportTraffic, by what was decided for
+// them.
+type traffic struct {
+	alice, bob, evil string
+	// erin: 3 messages of remind.later, 1 forwarded and 2 deferred, both
+	// released within seconds; frank: 2 of remind.expiring, 1 forwarded
+	// and 1 deferred that falls back to drop after 2 s; gina: 3 of
+	// ci.build_failed, 1 forwarded and 2 carried by one digest.
+	erin, frank, gina string
+}
+
 // reportTraffic publishes, through NATS, messages that the gate forwards,
-// suppresses, drops, shadow-suppresses and finds invalid, for recipients
-// unique to this run (the Redis windows outlive it). It returns the
-// recipients' receive ids: alice (5 suppressed), bob (2), a recipient whose
-// id is markup (1), carol (2 dropped) and dan (1 shadow suppression).
-func reportTraffic(t *testing.T, c *client) (alice, bob, evil string) {
+// suppresses, drops, shadow-suppresses, defers, collects for a digest and
+// finds invalid, for recipients unique to this run (the Redis windows
+// outlive it): 27 received. It returns the recipients' receive ids: alice
+// (5 suppressed), bob (2), a recipient whose id is markup (1), and those of
+// traffic's held messages; besides them carol has 2 dropped and dan 1 shadow
+// suppression. The held messages are settled seconds later:
+// waitHeldSettled waits for that.
+func reportTraffic(t *testing.T, c *client) traffic {
 	t.Helper()
 	u := testenv.Unique("")
-	alice, bob = "ou_alice"+u, "ou_bob"+u
-	evil = `<img src=x onerror="window.__pwned=1">` + u
+	tr := traffic{alice: "ou_alice" + u, bob: "ou_bob" + u, evil: `<img src=x onerror="window.__pwned=1">` + u,
+		erin: "ou_erin" + u, frank: "ou_frank" + u, gina: "ou_gina" + u}
+	alice, bob, evil := tr.alice, tr.bob, tr.evil
 	carol, dan := "ou_carol"+u, "ou_dan"+u
 	var ms []msg
 	add := func(n int, scene, to string) {
@@ -61,9 +89,48 @@ func reportTraffic(t *testing.T, c *client) (alice, bob, evil string) {
 	add(3, "job.retry_notice", carol)
 	add(2, "digest.weekly", dan)
 	add(2, "unknown.scene", carol)
+	add(3, "remind.later", tr.erin)
+	add(2, "remind.expiring", tr.frank)
+	add(3, "ci.build_failed", tr.gina)
 	c.send(ms...)
 	c.publish([]byte("not json at all"))
-	return alice, bob, evil
+	return tr
+}
+
+// heldTotals are the counters of reportTraffic's held messages once every
+// one is settled.
+var heldTotals = gate.SceneSummary{Deferred: 3, Digested: 2, Released: 2, FellBack: 1}
+
+// waitHeldSettled waits until the gate has settled every held message of
+// reportTraffic (released, fallen back or digested: heldTotals), within a
+// deadline generous for a busy machine, and returns the audit rows of the
+// held recipients, newest first.
+func waitHeldSettled(t *testing.T, g *gateProc, tr traffic) map[string][]gate.Suppression {
+	t.Helper()
+	rows := map[string][]gate.Suppression{}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var sum httpapi.Summary
+		g.api("/v1/reports/summary", nil, &sum)
+		settled := 0
+		for _, to := range []string{tr.erin, tr.frank, tr.gina} {
+			rows[to] = g.suppressions(recipientQuery(to))
+			for _, r := range rows[to] {
+				if r.Settled != "" {
+					settled++
+				}
+			}
+		}
+		tot := sum.Total
+		got := gate.SceneSummary{Deferred: tot.Deferred, Digested: tot.Digested, Released: tot.Released, FellBack: tot.FellBack}
+		if got == heldTotals && settled == 5 {
+			return rows
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("held messages not settled within 60 s: counters %+v (want %+v), %d of 5 rows settled: %+v", got, heldTotals, settled, rows)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // requiredTool returns the path of a program a test needs: from env when
@@ -203,7 +270,9 @@ func TestReportPageInBrowser(t *testing.T) {
 	e := newEnv(t, stackReal, reportRules)
 	const token = "page-s3cret"
 	g := e.start(map[string]string{"GATE_API_TOKEN": token})
-	alice, _, evil := reportTraffic(t, e.client())
+	tr := reportTraffic(t, e.client())
+	alice, evil := tr.alice, tr.evil
+	held := waitHeldSettled(t, g, tr)
 
 	b := newBrowser(t, chromium)
 	// Without a token the API answers 401 and the page asks for one.
@@ -245,15 +314,53 @@ func TestReportPageInBrowser(t *testing.T) {
 		for scene, s := range want {
 			exp := map[string]int64{"received": s.Received, "forwarded": s.Forwarded, "suppressed": s.Suppressed,
 				"dropped": s.Dropped, "invalid": s.Invalid, "shadow": s.ShadowSuppressed + s.ShadowDropped,
-				"unchecked": s.ForwardedUnchecked, "parked": s.Parked}
+				"unchecked": s.ForwardedUnchecked, "parked": s.Parked,
+				"deferred": s.Deferred, "digested": s.Digested, "released": s.Released, "fell_back": s.FellBack}
 			if got := dom[scene]; fmt.Sprint(got) != fmt.Sprint(exp) {
 				t.Errorf("scene %s: page shows %v, API says %v", scene, got, exp)
 			}
 		}
 		// This gate's database holds only this test's traffic.
 		tot := api.Total
-		if tot.Received != 19 || tot.Suppressed != 8 || tot.Dropped != 2 || tot.Invalid != 1 || tot.ShadowSuppressed != 1 {
-			t.Errorf("API total %+v: want 19 received, 8 suppressed, 2 dropped, 1 invalid, 1 shadow", tot)
+		if tot.Received != 27 || tot.Suppressed != 8 || tot.Dropped != 2 || tot.Invalid != 1 || tot.ShadowSuppressed != 1 {
+			t.Errorf("API total %+v: want 27 received, 8 suppressed, 2 dropped, 1 invalid, 1 shadow", tot)
+		}
+		if sum := tot.Forwarded + tot.Suppressed + tot.Dropped + tot.Invalid + tot.Parked + tot.Deferred + tot.Digested; sum != tot.Received {
+			t.Errorf("API total %+v: the outcomes add up to %d, want received", tot, sum)
+		}
+		for scene, w := range map[string]gate.SceneSummary{
+			"remind.later":    {Received: 3, Forwarded: 1, Deferred: 2, Released: 2},
+			"remind.expiring": {Received: 2, Forwarded: 1, Deferred: 1, FellBack: 1},
+			"ci.build_failed": {Received: 3, Forwarded: 1, Digested: 2},
+		} {
+			got := want[scene]
+			if got.Received != w.Received || got.Forwarded != w.Forwarded || got.Deferred != w.Deferred ||
+				got.Digested != w.Digested || got.Released != w.Released || got.FellBack != w.FellBack {
+				t.Errorf("scene %s: API says %+v, want %+v", scene, got, w)
+			}
+		}
+		// The held columns are shown, with the total's numbers as text;
+		// columns zero for every scene (unchecked, parked) are left out, and
+		// a note says so.
+		var heads []string
+		b.evalJSON(t, `[...document.querySelectorAll('#summary-table thead th')].filter(th => th.offsetParent !== null).map(th => th.textContent)`, &heads)
+		for _, h := range []string{"deferred", "digested", "released", "fell back", "shadow"} {
+			if !slices.Contains(heads, h) {
+				t.Errorf("summary table shows the columns %q: want %q among them", heads, h)
+			}
+		}
+		for _, h := range []string{"unchecked", "parked"} {
+			if slices.Contains(heads, h) {
+				t.Errorf("summary table shows the columns %q: want %q, zero for every scene, left out", heads, h)
+			}
+		}
+		if note := eval(t, b, chromedp.Text(chromedp.ID("summary-hidden"))); !strings.Contains(note, "unchecked, parked") {
+			t.Errorf("note under the summary %q: want it to name the columns left out", note)
+		}
+		for f, v := range map[string]int64{"deferred": 3, "digested": 2, "released": 2, "fell_back": 1} {
+			if got := eval(t, b, chromedp.Text(chromedp.CSS(`#summary-total td[data-field="`+f+`"]`))); got != fmt.Sprint(v) {
+				t.Errorf("total %s: page shows %q, want %d", f, got, v)
+			}
 		}
 		rate := eval(t, b, chromedp.Text(chromedp.CSS(`#summary-total td[data-field="rate"]`)))
 		if want := fmt.Sprintf("%.1f%%", 100*float64(tot.Suppressed+tot.Dropped)/float64(tot.Received)); rate != want {
@@ -264,26 +371,28 @@ func TestReportPageInBrowser(t *testing.T) {
 	t.Run("chart bars add up to the timeseries", func(t *testing.T) {
 		var api httpapi.Timeseries
 		g.api("/v1/reports/timeseries", rng, &api)
-		var want [5]int64
+		var want [7]int64
 		for _, h := range api.Hours {
-			want = [5]int64{want[0] + h.Received, want[1] + h.Forwarded, want[2] + h.Suppressed, want[3] + h.Dropped, want[4] + h.Invalid}
+			want = [7]int64{want[0] + h.Received, want[1] + h.Forwarded, want[2] + h.Suppressed, want[3] + h.Dropped,
+				want[4] + h.Invalid, want[5] + h.Deferred, want[6] + h.Digested}
 		}
 		var bars struct {
 			N    int      `json:"n"`
-			Sums [5]int64 `json:"sums"`
+			Sums [7]int64 `json:"sums"`
 			Step string   `json:"step"`
 		}
 		b.evalJSON(t, `(() => {
 			const bars = document.querySelectorAll('#chart g.bar');
-			const sums = [0, 0, 0, 0, 0];
-			const f = ['received', 'forwarded', 'suppressed', 'dropped', 'invalid'];
+			const sums = [0, 0, 0, 0, 0, 0, 0];
+			const f = ['received', 'forwarded', 'suppressed', 'dropped', 'invalid', 'deferred', 'digested'];
 			for (const b of bars) f.forEach((k, i) => { sums[i] += Number(b.dataset[k]); });
 			return {n: bars.length, sums, step: document.getElementById('chart').dataset.step};
 		})()`, &bars)
 		// 24 hours, plus the partial hour the range starts in unless it
 		// starts on the hour.
-		if bars.Sums != want || bars.N < 24 || bars.N > 25 || bars.Step != "hour" || want[0] != 19 {
-			t.Errorf("chart: %d %s bars adding up to %v; want 24 or 25 hourly bars adding up to the API's %v (19 received)", bars.N, bars.Step, bars.Sums, want)
+		if bars.Sums != want || bars.N < 24 || bars.N > 25 || bars.Step != "hour" || want[0] != 27 || want[5] != 3 || want[6] != 2 {
+			t.Errorf("chart: %d %s bars adding up to %v; want 24 or 25 hourly bars adding up to the API's %v (27 received, 3 deferred, 2 digested)",
+				bars.N, bars.Step, bars.Sums, want)
 		}
 	})
 
@@ -332,8 +441,16 @@ func TestReportPageInBrowser(t *testing.T) {
 		if version != st.Version || err != nil || !loadedAt.Equal(st.LoadedAt) {
 			t.Errorf("page shows rules %q loaded %q; API says %q loaded %s", version, loaded, st.Version, st.LoadedAt)
 		}
-		if want := []string{"alert.disk_full", "digest.weekly", "job.retry_notice"}; !slices.Equal(scenes, want) {
+		if want := []string{"alert.disk_full", "ci.build_failed", "digest.weekly", "job.retry_notice", "remind.expiring", "remind.later"}; !slices.Equal(scenes, want) {
 			t.Errorf("rules table lists %v, want %v", scenes, want)
+		}
+		var overLimit map[string]string
+		b.evalJSON(t, `Object.fromEntries([...document.querySelectorAll('#rules-body tr')].map(tr =>
+			[tr.dataset.scene, tr.querySelector('[data-field="on_exceed"]').textContent]))`, &overLimit)
+		for scene, want := range map[string]string{"remind.expiring": "defer (up to 2s, then drop)", "ci.build_failed": "digest (group ci)"} {
+			if overLimit[scene] != want {
+				t.Errorf("rules table, %s over the limit: %q, want %q", scene, overLimit[scene], want)
+			}
 		}
 	})
 
@@ -371,6 +488,58 @@ func TestReportPageInBrowser(t *testing.T) {
 		}
 		if !strings.Contains(summary, "5 messages were held back for "+recipient) || !strings.Contains(summary, "reopens") {
 			t.Errorf("lookup summary %q: want it to say 5 were held back and when the limit reopens", summary)
+		}
+	})
+
+	t.Run("why didn't I get it: held messages", func(t *testing.T) {
+		type row struct {
+			ID      string `json:"id"`
+			Text    string `json:"text"`
+			HeldAs  string `json:"heldAs"`
+			Settled string `json:"settled"`
+			Time    string `json:"time"`
+			Digest  string `json:"digest"`
+		}
+		for _, tt := range []struct {
+			to, settled, text string
+		}{
+			{tr.erin, "released", "deferred → released at "},
+			{tr.frank, "fell_back", "deferred → fell back to drop at "},
+			{tr.gina, "digested", "in digest "},
+		} {
+			recipient := "open_id:" + tt.to
+			b.do(t, "look up "+recipient,
+				chromedp.SetValue(chromedp.ID("lookup-recipient"), recipient),
+				chromedp.Click(chromedp.CSS(`#lookup-form button[type="submit"]`)),
+				chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#lookup-summary[data-recipient=%q]`, recipient))))
+			var dom []row
+			b.evalJSON(t, `[...document.querySelectorAll('#lookup-body tr')].map(tr => {
+				const f = tr.querySelector('[data-field="outcome"]');
+				return {id: tr.dataset.messageId, text: f.textContent, heldAs: f.dataset.heldAs || '',
+					settled: f.dataset.settled || '', time: f.dataset.time || '', digest: f.dataset.digestId || ''};
+			})`, &dom)
+			api := held[tt.to]
+			if len(dom) != len(api) || len(api) == 0 {
+				t.Fatalf("lookup of %s: page lists %d rows, API %d; want the held ones", recipient, len(dom), len(api))
+			}
+			for i, s := range api {
+				got := dom[i]
+				at, err := time.Parse(time.RFC3339Nano, got.Time)
+				if got.ID != s.MessageID || got.HeldAs != string(s.HeldAs) || got.Settled != string(s.Settled) ||
+					got.Settled != tt.settled || got.Digest != s.DigestID || err != nil || !at.Equal(s.SettledAt) {
+					t.Errorf("lookup %s row %d: page %+v, API %+v; want settled %s", recipient, i, got, s, tt.settled)
+				}
+				if !strings.HasPrefix(got.Text, tt.text) || (s.DigestID != "" && !strings.Contains(got.Text, s.DigestID)) {
+					t.Errorf("lookup %s row %d says %q, want it to start %q and name the digest %q", recipient, i, got.Text, tt.text, s.DigestID)
+				}
+			}
+			if tt.settled == "digested" && (len(api) != 2 || api[0].DigestID == "" || api[0].DigestID != api[1].DigestID) {
+				t.Errorf("%s's two digested messages: %+v; want one digest carrying both", recipient, api)
+			}
+			summary := eval(t, b, chromedp.Text(chromedp.ID("lookup-summary")))
+			if want := map[string]string{"released": "released later", "fell_back": "fell back", "digested": "sent in a digest"}[tt.settled]; !strings.Contains(summary, want) {
+				t.Errorf("lookup summary %q: want it to say %q", summary, want)
+			}
 		}
 	})
 

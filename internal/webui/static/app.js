@@ -178,12 +178,32 @@
     body.replaceChildren(...data.scenes.map((s) => summaryRow(s, 'th')));
     foot.replaceChildren(summaryRow(data.total, 'th'));
     $('summary-empty').hidden = data.scenes.length > 0;
+    hideZeroColumns();
     // The chart's scene list follows the scenes that have counts.
     const pick = $('chart-scene');
     const chosen = pick.value;
     pick.replaceChildren(el('option', 'all scenes', { value: '' }),
       ...data.scenes.filter((s) => s.scene).map((s) => el('option', s.scene, { value: s.scene })));
     pick.value = data.scenes.some((s) => s.scene === chosen) ? chosen : '';
+  }
+
+  // OPTIONAL are the columns of counters that stay zero on most gates;
+  // each is shown only when a scene in the range has one, so the table
+  // fits the page.
+  const OPTIONAL = ['shadow', 'unchecked', 'parked', ...HELD];
+
+  function hideZeroColumns() {
+    const table = $('summary-table');
+    const left = [];
+    for (const f of OPTIONAL) {
+      const cells = [...table.querySelectorAll('[data-field="' + f + '"]')];
+      const show = cells.some((c) => c.dataset.value && c.dataset.value !== '0');
+      for (const c of cells) c.hidden = !show;
+      if (!show) left.push(table.querySelector('thead [data-field="' + f + '"]').textContent);
+    }
+    const note = $('summary-hidden');
+    note.hidden = left.length === 0;
+    note.textContent = left.length ? 'Not shown, zero for every scene in this range: ' + left.join(', ') + '.' : '';
   }
 
   async function loadChart() {
