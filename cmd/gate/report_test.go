@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/csv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,4 +94,75 @@ func TestSuppressionOutcome(t *testing.T) {
 	if got := suppressionRow(cal)[4]; got != "scene 3/calendar period" {
 		t.Errorf("limit of a calendar-limit row: got %q", got)
 	}
+}
+
+// TestReportCLIHeldMessages runs `gate report` against a gate on each
+// stack (PostgreSQL and the embedded SQLite) that has deferred, released,
+// fallen back and digested real traffic: the summary table shows the held
+// counters, and each held row of `gate report suppressions` says what became
+// of its message, with the time and digest id the API gives.
+func TestReportCLIHeldMessages(t *testing.T) {
+	forEachStack(t, func(t *testing.T, kind stack) {
+		e := newEnv(t, kind, reportRules)
+		const token = "cli-s3cret"
+		g := e.start(map[string]string{"GATE_API_TOKEN": token})
+		tr := reportTraffic(t, e.client())
+		held := waitHeldSettled(t, g, tr)
+		gateReport := func(args ...string) string {
+			t.Helper()
+			var out, errOut strings.Builder
+			err := run(t.Context(), append([]string{"report"}, append(args, "--server", g.base)...),
+				func(k string) string { return map[string]string{"GATE_API_TOKEN": token}[k] }, nil, &out, &errOut)
+			if err != nil {
+				t.Fatalf("gate report %v: %v (%s)", args, err, errOut.String())
+			}
+			return out.String()
+		}
+
+		summary := gateReport("summary")
+		t.Logf("gate report summary:\n%s\ngate report suppressions --recipient open_id:%s:\n%s",
+			summary, tr.gina, gateReport("suppressions", "--recipient", "open_id:"+tr.gina))
+		table := strings.Split(strings.TrimRight(summary, "\n"), "\n")
+		if got := strings.Fields(table[0]); !slices.Equal(got[len(got)-heldColumns:], summaryHeader[len(summaryHeader)-heldColumns:]) {
+			t.Errorf("summary table heads %q: want them to end in the held counters", got)
+		}
+		// scene received forwarded suppressed dropped invalid shadow×2 unchecked parked deferred digested released fell_back
+		want := map[string]string{
+			"remind.later":    "3 1 0 0 0 0 0 0 0 2 0 2 0",
+			"remind.expiring": "2 1 0 0 0 0 0 0 0 1 0 0 1",
+			"ci.build_failed": "3 1 0 0 0 0 0 0 0 0 2 0 0",
+			"*":               "27 11 8 2 1 1 0 0 0 3 2 2 1",
+		}
+		for _, line := range table[1:] {
+			f := strings.Fields(line)
+			if w, ok := want[f[0]]; ok {
+				if got := strings.Join(f[1:], " "); got != w {
+					t.Errorf("summary of %s: %q, want %q", f[0], got, w)
+				}
+				delete(want, f[0])
+			}
+		}
+		if len(want) > 0 {
+			t.Errorf("summary table without rows for %v:\n%s", keysOf(want), strings.Join(table, "\n"))
+		}
+
+		for to, prefix := range map[string]string{tr.erin: "deferred → released at ", tr.frank: "deferred → fell back to drop at ",
+			tr.gina: "in digest "} {
+			out := gateReport("suppressions", "--recipient", "open_id:"+to, "--format", "csv")
+			recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+			if err != nil || len(recs) != len(held[to])+1 {
+				t.Fatalf("suppressions of %s: %v, %d lines; want %d rows:\n%s", to, err, len(recs), len(held[to]), out)
+			}
+			for i, s := range held[to] {
+				rec := recs[i+1]
+				wantText := prefix + s.SettledAt.UTC().Format(time.RFC3339)
+				if s.DigestID != "" {
+					wantText = prefix + s.DigestID + " sent at " + s.SettledAt.UTC().Format(time.RFC3339)
+				}
+				if rec[3] != s.MessageID || rec[len(rec)-1] != wantText {
+					t.Errorf("suppression row of %s: %q, want message %s saying %q", to, rec, s.MessageID, wantText)
+				}
+			}
+		}
+	})
 }
