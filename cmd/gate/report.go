@@ -222,6 +222,10 @@ func outcome(s gate.Suppression) string {
 		return fmt.Sprintf("in digest %s sent at %s", s.DigestID, at)
 	case s.Settled != "":
 		return fmt.Sprintf("%s → %s at %s", heldText(s.HeldAs), s.Settled, at)
+	case s.Fallback == gate.ActionDigest:
+		// Past max_defer with defer_fallback digest: it waits in its
+		// scene's digest now.
+		return "deferred → moved to a digest, still held"
 	}
 	return heldText(s.HeldAs) + ", still held"
 }

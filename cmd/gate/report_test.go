@@ -74,8 +74,10 @@ func TestSuppressionOutcome(t *testing.T) {
 			"deferred → fell back to drop at 2026-11-24T01:30:00Z"},
 		{gate.Suppression{HeldAs: gate.HoldDigest, Settled: gate.SettleDigested, DigestID: "dg-1", SettledAt: at},
 			"in digest dg-1 sent at 2026-11-24T01:30:00Z"},
-		// A deferred message past max_defer with defer_fallback: digest.
-		{gate.Suppression{HeldAs: gate.HoldDefer, Settled: gate.SettleDigested, DigestID: "dg-2", SettledAt: at},
+		// A deferred message past max_defer with defer_fallback: digest,
+		// before and after its digest is sent.
+		{gate.Suppression{HeldAs: gate.HoldDefer, Fallback: gate.ActionDigest}, "deferred → moved to a digest, still held"},
+		{gate.Suppression{HeldAs: gate.HoldDefer, Fallback: gate.ActionDigest, Settled: gate.SettleDigested, DigestID: "dg-2", SettledAt: at},
 			"in digest dg-2 sent at 2026-11-24T01:30:00Z"},
 	} {
 		if got := outcome(tt.row); got != tt.want {

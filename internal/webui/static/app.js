@@ -98,7 +98,9 @@
     if (!s.held_as) return s.shadow ? 'forwarded (shadow)' : 'suppressed';
     const held = s.held_as === 'digest' ? 'held for a digest' : 'deferred';
     switch (s.settled) {
-      case undefined: case '': return held + ', still held';
+      case undefined: case '':
+        // Past max_defer with defer_fallback digest: it waits in a digest.
+        return s.fallback === 'digest' ? 'deferred → moved to a digest, still held' : held + ', still held';
       case 'released': return 'deferred → released' + at;
       case 'fell_back': return 'deferred → fell back to ' + s.fallback + at;
       case 'digested': return 'in digest ' + s.digest_id + ' sent' + at;
