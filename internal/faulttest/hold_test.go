@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -59,14 +60,14 @@ func (g *gateProc) holdSummary() gate.SceneSummary {
 
 // TestHoldKilledMidStream publishes a few hundred messages to a few
 // recipients in scenes that defer and digest what is over their limits,
-// kills the gate with SIGKILL while messages are decided and again while
-// held ones are released, and restarts Redis while they are released.
-// Once nothing is held, every message has exactly one outcome: forwarded
-// at once, released once (with Gate-Deferred-From), fallen back (its row
-// says so), or carried by exactly one digest that is on GATE_OUT once; and
-// the counters agree.
+// kills the gate with SIGKILL (4 times by default) once while messages are
+// decided and then at random points of the releases, and restarts Redis
+// at another such point. Once nothing is held, every message has exactly
+// one outcome: forwarded at once, released once (with Gate-Deferred-From),
+// fallen back (its row says so), or carried by exactly one digest that is
+// on GATE_OUT once; and the counters agree.
 func TestHoldKilledMidStream(t *testing.T) {
-	sc := scaleFor(t, 400, 8, 2)
+	sc := scaleFor(t, 400, 8, 4)
 	rng := sc.rng()
 	rs := startRedis(t)
 	s := newStack(t, stackOptions{RedisURL: rs.url(), Rules: standardModel})
@@ -76,12 +77,18 @@ func TestHoldKilledMidStream(t *testing.T) {
 	g := s.startGate(nil)
 	msgs := workload(rng, sc.Messages, sc.Recipients, holdMix, 0)
 	var tm timing
+	restart := func(label string) {
+		t.Helper()
+		g.kill()
+		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
+		tm.add(label+": ready in", g.start())
+	}
 
-	// Four waves a second apart, so that decisions and releases interleave;
-	// the first kill lands among the decisions.
-	waves := make([][]message, 4)
+	// Waves half a second apart, so that decisions and releases
+	// interleave; the first kill lands among the decisions.
+	waves := make([][]message, 8)
 	for i := range waves {
-		waves[i] = msgs[i*len(msgs)/4 : (i+1)*len(msgs)/4]
+		waves[i] = msgs[i*len(msgs)/len(waves) : (i+1)*len(msgs)/len(waves)]
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -92,56 +99,49 @@ func TestHoldKilledMidStream(t *testing.T) {
 				published <- err
 				return
 			}
-			time.Sleep(time.Second)
+			time.Sleep(500 * time.Millisecond)
 		}
 		published <- nil
 	}()
-	kills := 0
-	if sc.Kills > 0 {
-		at := int64(len(msgs)/4 + rng.IntN(len(msgs)/2))
-		waitUntil(t, time.Minute, fmt.Sprintf("%d messages decided", at), func() bool { return g.received() >= at })
-		g.kill()
-		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
-		tm.add(fmt.Sprintf("kill 1 at %d decided: ready in", at), g.start())
-		kills++
-	}
+	at := int64(len(msgs)/4 + rng.IntN(len(msgs)/2))
+	waitUntil(t, time.Minute, fmt.Sprintf("%d messages decided", at), func() bool { return g.received() >= at })
+	restart(fmt.Sprintf("kill 1 at %d decided", at))
 	if err := <-published; err != nil {
 		t.Fatal(err)
 	}
 	tm.add("drained in", s.awaitDrained(time.Minute))
 
-	// The releases: kill the gate again at a random point of them, and
-	// restart Redis at a later one.
-	// Of h.defer's deferred messages every one is released in the end
-	// (h.fallback's fall back instead).
+	// The releases: the other kills and the Redis restart, each at a
+	// random point of them. Of h.defer's deferred messages every one is
+	// released in the end (h.fallback's fall back instead).
 	deferred := g.holdSummaryOf("h.defer").Deferred
 	if deferred < int64(count(msgs, "h.defer")/2) {
 		t.Fatalf("only %d of %d messages of h.defer deferred: the scenario holds too little to test", deferred, count(msgs, "h.defer"))
 	}
-	releasedBy := func(frac float64) int64 { return int64(frac * float64(deferred)) }
 	nothingHeld := func() bool {
 		sum := g.holdSummary()
 		return sum.Deferred == sum.Released+sum.FellBack && s.unsettled(g, len(msgs)) == 0
 	}
-	waitReleased := func(at int64) {
-		t.Helper()
+	// One point for the Redis restart and one for each kill but the first.
+	points := make([]int64, sc.Kills)
+	for i := range points {
+		points[i] = int64((0.1 + 0.7*rng.Float64()) * float64(deferred))
+	}
+	slices.Sort(points)
+	redisAt := rng.IntN(len(points))
+	for i, at := range points {
 		s.waitHeld(g, time.Minute, fmt.Sprintf("%d released", at), func() bool { return g.holdSummary().Released >= at || nothingHeld() })
+		switch {
+		case i == redisAt:
+			rs.kill()
+			time.Sleep(500 * time.Millisecond)
+			rs.start()
+			tm = append(tm, fmt.Sprintf("redis restarted at %d released", at))
+		default:
+			restart(fmt.Sprintf("kill at %d released", at))
+		}
 	}
-	for k := kills; k < sc.Kills; k++ {
-		at := releasedBy(0.15 + 0.35*rng.Float64())
-		waitReleased(at)
-		g.kill()
-		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
-		tm.add(fmt.Sprintf("kill %d at %d released: ready in", k+1, at), g.start())
-	}
-	at := releasedBy(0.55 + 0.2*rng.Float64())
-	waitReleased(at)
-	rs.kill()
-	time.Sleep(500 * time.Millisecond)
-	rs.start()
-	t0 := time.Now()
-	s.waitHeld(g, 90*time.Second, "nothing held", nothingHeld)
-	tm.add(fmt.Sprintf("redis restarted at %d released: nothing held after", at), time.Since(t0))
+	tm.add("nothing held after", s.waitHeld(g, 90*time.Second, "nothing held", nothingHeld))
 
 	r := s.checkHeld(msgs, g)
 	t.Logf("FAULT hold (defer, digest) kill -9 ×%d and a redis restart: in %d | forwarded at once %d, released %d, fell back %d, digested %d in %d digests | %s",
@@ -162,16 +162,18 @@ func (g *gateProc) holdSummaryOf(scene string) gate.SceneSummary {
 }
 
 // waitHeld is waitUntil for the held messages: on a timeout it says what
-// the summary and the rows show.
-func (s *stack) waitHeld(g *gateProc, d time.Duration, what string, cond func() bool) {
+// the summary and the rows show. It returns how long it waited.
+func (s *stack) waitHeld(g *gateProc, d time.Duration, what string, cond func() bool) time.Duration {
 	s.t.Helper()
-	for start := time.Now(); !cond(); time.Sleep(50 * time.Millisecond) {
+	start := time.Now()
+	for ; !cond(); time.Sleep(50 * time.Millisecond) {
 		if time.Since(start) > d {
 			var sum httpapi.Summary
 			g.getJSON("/v1/reports/summary", nil, &sum)
 			s.t.Fatalf("%s: not within %s; summary %+v, %d rows of held messages unsettled", what, d, sum.Scenes, s.unsettled(g, 100000))
 		}
 	}
+	return time.Since(start)
 }
 
 // unsettled is how many audit rows of held messages are not settled yet.
