@@ -13,11 +13,12 @@
 //     GATE_BENCH_HEADERS=1 (or -headers) adds the headers Nats-Msg-Id,
 //     Gate-Scene, Gate-Recipient and Gate-Priority, so the gate decides
 //     without decoding the body. The first line and the summary say which;
-//   - the gate again, on the same messages for other recipients, with its
-//     suppressing scenes set to on_exceed: defer, at full speed: the ~30 %
-//     held back are held durably to be released later, which costs the
-//     audit store a held row and the batch a HoldStore.Waiting lookup; the
-//     summary gives its rate over the suppressing gate's (defer_rate_ratio);
+//   - the gate again, on the same messages for other recipients, every
+//     scene deferring what it would suppress or drop (on_exceed: defer), at
+//     full speed: the ~30 % held back are held durably to be released later,
+//     which costs the audit store a held row and the batch a
+//     HoldStore.Waiting lookup; the summary gives its rate over the
+//     suppressing gate's (defer_rate_ratio);
 //   - the ceilings, on the same services: JetStream consume + ack doing no
 //     work, the gate's own Redis script with the gate's pipelining, and the
 //     gate's audit commit;

@@ -89,7 +89,8 @@ type gateWork struct {
 // runGate measures the gate binary: a warm-up, N messages at full speed,
 // then N/2 at half the rate it reached. The gate's own counters must then
 // agree with the simulation, or the figures mean nothing. A deferring gate
-// holds what a suppressing one suppresses, so one simulation serves both.
+// holds what a suppressing one suppresses or drops, so one simulation serves
+// both.
 func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (gateResult, error) {
 	var res gateResult
 	dbURL, drop, err := pgschema.Create(ctx, r.cfg.databaseURL, "gatebench_"+r.tag)
@@ -108,6 +109,10 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 		}
 	}
 	res.expected = sim.got
+	if work.deferred {
+		// What a suppressing gate suppresses or drops, a deferring one defers.
+		res.expected = outcomes{forward: sim.got.forward, suppress: sim.got.suppress + sim.got.drop}
+	}
 
 	g, err := startGate(ctx, r.cfg.gateBin, r.dir, gateEnv{
 		natsURL: r.natsURL, redisURL: r.cfg.redisURL, databaseURL: dbURL,
