@@ -40,19 +40,19 @@ var commitPostgres = `WITH claimed AS (
 	RETURNING "key"
 ), audited AS (
 	INSERT INTO suppressions (message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-		count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
+		limit_calendar, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
 	SELECT message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-		count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as
-	FROM unnest(` + pgArrays(4, "text", "text", "text", "text", "text", "text", "bigint", "integer", "integer",
+		limit_calendar, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as
+	FROM unnest(` + pgArrays(4, "text", "text", "text", "text", "text", "text", "bigint", "integer", "text", "integer",
 	"boolean", "text", "text", "timestamptz", "timestamptz", "text", "text") + `)
 		AS s("key", message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-		count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
+		limit_calendar, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
 	WHERE "key" IN (SELECT "key" FROM claimed)
 	ORDER BY message_id
 	ON CONFLICT (message_id) DO NOTHING
 ), holds AS (
 	SELECT ` + heldColumns + `
-	FROM unnest(` + pgArrays(20, "text", "text", "text", "text", "text", "text", "text", "text", "bigint",
+	FROM unnest(` + pgArrays(21, "text", "text", "text", "text", "text", "text", "text", "text", "bigint",
 	"timestamptz", "timestamptz", "timestamptz", "text", "text", "bytea") + `)
 		AS h("key", ` + heldColumns + `)
 	WHERE "key" IN (SELECT "key" FROM claimed)
@@ -71,7 +71,7 @@ var commitPostgres = `WITH claimed AS (
 ), counted AS (
 	INSERT INTO scene_counters (scene, hour, ` + eachCounter("%s", ", ") + `)
 	SELECT scene, hour, ` + eachCounter("sum(%s)", ", ") + `
-	FROM unnest(` + pgArrays(35, append([]string{"text", "text", "timestamptz"}, slices.Repeat([]string{"integer"}, gate.NumCounters)...)...) + `)
+	FROM unnest(` + pgArrays(36, append([]string{"text", "text", "timestamptz"}, slices.Repeat([]string{"integer"}, gate.NumCounters)...)...) + `)
 		AS c("key", scene, hour, ` + eachCounter("%s", ", ") + `), queues_locked
 	WHERE "key" IN (SELECT "key" FROM claimed)
 	GROUP BY scene, hour
@@ -159,7 +159,7 @@ type suppressionColumns struct {
 	window                                            []int64
 	max, seen                                         []int32
 	shadow                                            []bool
-	reason, version                                   []string
+	calendar, reason, version                         []string
 	decidedAt                                         []time.Time
 	nextAllowedAt                                     []*time.Time
 	payload                                           []*string
@@ -194,6 +194,7 @@ func (c *suppressionColumns) add(r gate.Record, redact bool) {
 	c.scope = append(c.scope, string(p.Scope))
 	c.window = append(c.window, time.Duration(p.LimitWindow).Milliseconds())
 	c.max = append(c.max, int32(p.LimitMax))
+	c.calendar = append(c.calendar, string(p.LimitCalendar))
 	c.seen = append(c.seen, int32(p.CountSeen))
 	c.shadow = append(c.shadow, p.Shadow)
 	c.reason = append(c.reason, p.Reason)
@@ -204,12 +205,12 @@ func (c *suppressionColumns) add(r gate.Record, redact bool) {
 	c.heldAs = append(c.heldAs, string(p.HeldAs))
 }
 
-// args are the columns in the order of the statement's parameters $4-$19.
+// args are the columns in the order of the statement's parameters $4-$20.
 // Empty columns are non-nil, so that they bind as empty arrays, not NULL.
 func (c *suppressionColumns) args() []any {
 	return []any{
 		nonNil(c.key), nonNil(c.messageID), nonNil(c.scene), nonNil(c.recipient), nonNil(c.priority), nonNil(c.scope),
-		nonNil(c.window), nonNil(c.max), nonNil(c.seen), nonNil(c.shadow), nonNil(c.reason), nonNil(c.version),
+		nonNil(c.window), nonNil(c.max), nonNil(c.calendar), nonNil(c.seen), nonNil(c.shadow), nonNil(c.reason), nonNil(c.version),
 		nonNil(c.decidedAt), nonNil(c.nextAllowedAt), nonNil(c.payload), nonNil(c.heldAs),
 	}
 }
@@ -256,7 +257,7 @@ func (c *heldArrays) add(r gate.Record) {
 	c.payload = append(c.payload, h.Payload)
 }
 
-// args are the columns in the order of the statement's parameters $20-$34.
+// args are the columns in the order of the statement's parameters $21-$35.
 func (c *heldArrays) args() []any {
 	return []any{
 		nonNil(c.key), nonNil(c.messageID), nonNil(c.kind), nonNil(c.recipient), nonNil(c.queue), nonNil(c.scene),

@@ -36,6 +36,7 @@ func runConformance(t *testing.T, fresh freshFunc) {
 		{"RefusedRecords", testRefusedRecords},
 		{"RefusedKeysLookedUp", testRefusedKeysLookedUp},
 		{"SuppressionRoundTrip", testSuppressionRoundTrip},
+		{"CalendarSuppressionRoundTrip", testCalendarSuppressionRoundTrip},
 		{"Redaction", testRedaction},
 		{"DecidedAndLargeBatch", testDecidedAndLargeBatch},
 		{"SuppressionFilters", testSuppressionFilters},
@@ -316,6 +317,61 @@ func testSuppressionRoundTrip(t *testing.T, fresh freshFunc) {
 	wantBare := gate.Suppression{ID: page.Items[1].ID, MessageID: "bare", Scene: "disk", Recipient: "open_id:ou_2", DecidedAt: t0}
 	if page.Items[1] != wantBare {
 		t.Errorf("defaults from the record:\ngot  %+v\nwant %+v", page.Items[1], wantBare)
+	}
+}
+
+// A message held back by a calendar limit gets a row naming the period
+// ("3 per calendar day"), where limit_window alone says 0s; a rolling
+// limit's row names none.
+func testCalendarSuppressionRoundTrip(t *testing.T, fresh freshFunc) {
+	s := MustOpen(t, fresh(t))
+	at := time.Date(2024, 5, 1, 10, 30, 0, 0, time.UTC)
+	midnight := time.Date(2024, 5, 1, 16, 0, 0, 0, time.UTC) // 00:00 in Asia/Shanghai
+	decision := func(o gate.Outcome, l gate.Limit) gate.Decision {
+		return gate.Decision{Outcome: o, Reason: "limit", At: at, NextAllowedAt: midnight,
+			Exceeded: &gate.Exceeded{Scope: gate.ScopeRecipient, Limit: l, Count: l.Max}}
+	}
+	msg := func(id string) gate.Message {
+		return gate.Message{ID: id, Scene: "digest.daily", ReceiveIDType: "open_id", ReceiveID: "ou", Priority: gate.PriorityNormal,
+			Raw: []byte(`{"id":"` + id + `"}`)}
+	}
+	day := gate.RecordOf("day", msg("day"), decision(gate.OutcomeSuppress, gate.Limit{Calendar: gate.CalendarDay, Max: 3}), 1, "v1")
+	rolling := gate.RecordOf("rolling", msg("rolling"), decision(gate.OutcomeSuppress, gate.Limit{Window: time.Hour, Max: 1}), 2, "v1")
+	week := gate.RecordOf("week", msg("week"), decision(gate.OutcomeDefer, gate.Limit{Calendar: gate.CalendarWeek, Max: 10}), 3, "v1")
+	week.Hold.Queue = gate.Queue{Recipient: "open_id:ou", Name: "digest.daily"}
+	week.Hold.DueAt = midnight
+	MustCommit(t, s, day, rolling, week)
+
+	page, err := s.Suppressions(context.Background(), gate.SuppressionFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(map[string]gate.Suppression)
+	for _, p := range page.Items {
+		got[p.MessageID] = p
+	}
+	for _, tt := range []struct {
+		id       string
+		calendar gate.Calendar
+		window   gate.Duration
+		max      int
+		heldAs   gate.HoldKind
+	}{
+		{"day", gate.CalendarDay, 0, 3, ""},
+		{"rolling", "", gate.Duration(time.Hour), 1, ""},
+		{"week", gate.CalendarWeek, 0, 10, gate.HoldDefer},
+	} {
+		p, ok := got[tt.id]
+		if !ok {
+			t.Errorf("%s: no row among %v", tt.id, ids(page))
+			continue
+		}
+		if p.LimitCalendar != tt.calendar || p.LimitWindow != tt.window || p.LimitMax != tt.max || p.HeldAs != tt.heldAs ||
+			p.Scope != gate.ScopeRecipient || !p.NextAllowedAt.Equal(midnight) {
+			t.Errorf("%s: got calendar %q window %v max %d held_as %q scope %q next %v; want %q %v %d %q recipient %v",
+				tt.id, p.LimitCalendar, p.LimitWindow, p.LimitMax, p.HeldAs, p.Scope, p.NextAllowedAt,
+				tt.calendar, tt.window, tt.max, tt.heldAs, midnight)
+		}
 	}
 }
 
