@@ -84,7 +84,10 @@ var csvHeader = []string{"id", "message_id", "decided_at", "scene", "recipient",
 	"limit_window", "limit_max", "count_seen", "shadow", "reason", "rules_version", "next_allowed_at", "payload",
 	// Added with held messages; after payload so that readers of the
 	// columns by position keep working.
-	"held_as", "settled", "settled_at", "fallback", "digest_id"}
+	"held_as", "settled", "settled_at", "fallback", "digest_id",
+	// Added with calendar limits, last for the same reason: "day" or "week"
+	// where limit_window says 0s.
+	"limit_calendar"}
 
 // suppressionsCSV streams every suppression row that matches the filters,
 // newest first, up to limit rows (100,000 at most). The first page is read
@@ -164,6 +167,7 @@ func csvRecord(p gate.Suppression) []string {
 		strconv.Itoa(p.LimitMax), strconv.Itoa(p.CountSeen), strconv.FormatBool(p.Shadow), cell(p.Reason),
 		cell(p.RulesVersion), csvTime(p.NextAllowedAt), cell(p.Payload),
 		string(p.HeldAs), string(p.Settled), csvTime(p.SettledAt), string(p.Fallback), cell(p.DigestID),
+		string(p.LimitCalendar),
 	}
 }
 

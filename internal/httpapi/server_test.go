@@ -258,6 +258,8 @@ func TestSuppressionsCSV(t *testing.T) {
 	held(4, gate.HoldDefer, gate.SettleFellBack, gate.ActionDrop, "")
 	held(5, gate.HoldDigest, gate.SettleDigested, "", "-digest-1") // a digest id is no formula either
 	held(6, gate.HoldDefer, "", "", "")
+	// Held back by a calendar limit: its window says 0s, its period "day".
+	st.rows[7].LimitWindow, st.rows[7].LimitMax, st.rows[7].LimitCalendar = 0, 3, gate.CalendarDay
 	srv := newTestServer(t, st)
 
 	code, h, body := get(t, srv, "GET", "/v1/suppressions.csv", true)
@@ -291,9 +293,27 @@ func TestSuppressionsCSV(t *testing.T) {
 		6: {"digest", "digested", "2024-05-01T10:00:05Z", "", "'-digest-1"},
 		7: {"defer", "", "", "", ""},
 	} {
-		if got := recs[i][15:]; strings.Join(got, ",") != strings.Join(want, ",") {
+		if got := recs[i][15:20]; strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Errorf("row %d held_as..digest_id: got %q, want %q", i, got, want)
 		}
+	}
+	// limit_calendar comes last, so that scripts reading the columns by
+	// position keep working.
+	if got := recs[8]; got[7] != "0s" || got[8] != "3" || got[20] != "day" || recs[1][20] != "" {
+		t.Errorf("calendar row: window %q, max %q, limit_calendar %q (a rolling row's %q); want 0s, 3, day and empty",
+			got[7], got[8], got[20], recs[1][20])
+	}
+
+	code, _, body = get(t, srv, "GET", "/v1/suppressions?limit=8", true)
+	var page struct{ Items []map[string]any }
+	if err := json.Unmarshal([]byte(body), &page); code != http.StatusOK || err != nil || len(page.Items) != 8 {
+		t.Fatalf("list: %d, %v, %d rows; want 200 and 8 rows", code, err, len(page.Items))
+	}
+	if got, ok := page.Items[0]["limit_calendar"]; ok {
+		t.Errorf("a rolling limit's row has limit_calendar %v, want it omitted", got)
+	}
+	if got := page.Items[7]["limit_calendar"]; got != "day" {
+		t.Errorf("a calendar limit's row has limit_calendar %v, want day", got)
 	}
 
 	code, h, body = get(t, srv, "GET", "/v1/suppressions.csv?limit=1500", true)
