@@ -197,7 +197,9 @@ func suppressionRow(s gate.Suppression) []string {
 	switch {
 	case s.LimitMax > 0 && s.LimitWindow > 0:
 		lim = fmt.Sprintf("%s %d/%s", s.Scope, s.LimitMax, gate.FormatDuration(time.Duration(s.LimitWindow)))
-	case s.LimitMax > 0: // a calendar limit has no window
+	case s.LimitMax > 0 && s.LimitCalendar != "": // a calendar limit has no window
+		lim = fmt.Sprintf("%s %d/calendar %s", s.Scope, s.LimitMax, s.LimitCalendar)
+	case s.LimitMax > 0: // a row written before rows named the calendar period
 		lim = fmt.Sprintf("%s %d/calendar period", s.Scope, s.LimitMax)
 	}
 	return []string{s.DecidedAt.UTC().Format(time.RFC3339), s.Scene, s.Recipient, s.MessageID, lim,

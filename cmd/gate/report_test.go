@@ -92,9 +92,15 @@ func TestSuppressionOutcome(t *testing.T) {
 	if got := suppressionRow(quiet)[4]; got != "quiet_hours" {
 		t.Errorf("limit of a quiet-hours row: got %q, want quiet_hours", got)
 	}
-	cal := gate.Suppression{Reason: gate.ReasonLimit, Scope: gate.ScopeScene, LimitMax: 3}
-	if got := suppressionRow(cal)[4]; got != "scene 3/calendar period" {
-		t.Errorf("limit of a calendar-limit row: got %q", got)
+	for cal, want := range map[gate.Calendar]string{
+		gate.CalendarDay:  "scene 3/calendar day",
+		gate.CalendarWeek: "scene 3/calendar week",
+		"":                "scene 3/calendar period", // a row written before rows named the period
+	} {
+		row := gate.Suppression{Reason: gate.ReasonLimit, Scope: gate.ScopeScene, LimitMax: 3, LimitCalendar: cal}
+		if got := suppressionRow(row)[4]; got != want {
+			t.Errorf("limit of a calendar-limit row (%q): got %q, want %q", cal, got, want)
+		}
 	}
 }
 
@@ -146,6 +152,13 @@ func TestReportCLIHeldMessages(t *testing.T) {
 		}
 		if len(want) > 0 {
 			t.Errorf("summary table without rows for %v:\n%s", keysOf(want), strings.Join(table, "\n"))
+		}
+
+		// dan's shadow suppression was held back by a calendar limit: the
+		// row names the period, not a window.
+		out := gateReport("suppressions", "--recipient", "open_id:"+tr.dan, "--format", "csv")
+		if recs, err := csv.NewReader(strings.NewReader(out)).ReadAll(); err != nil || len(recs) != 2 || recs[1][4] != "scene 1/calendar week" {
+			t.Errorf("suppressions of %s: %v, want one row whose limit is \"scene 1/calendar week\":\n%s", tr.dan, err, out)
 		}
 
 		for to, prefix := range map[string]string{tr.erin: "deferred → released at ", tr.frank: "deferred → fell back to drop at ",

@@ -33,7 +33,7 @@ scenes:
     limits: [{window: 24h, max: 1}]
     on_exceed: drop
   digest.weekly:
-    limits: [{window: 7d, max: 1}]
+    limits: [{calendar: week, max: 1}]
     on_exceed: suppress
     shadow: true
   remind.later:
@@ -55,6 +55,9 @@ scenes:
 // them.
 type traffic struct {
 	alice, bob, evil string
+	// dan: 2 of digest.weekly, a shadow scene with a calendar limit (1 per
+	// calendar week), 1 forwarded and 1 shadow-suppressed.
+	dan string
 	// erin: 3 messages of remind.later, 1 forwarded and 2 deferred, both
 	// released within seconds; frank: 2 of remind.expiring, 1 forwarded
 	// and 1 deferred that falls back to drop after 2 s; gina: 3 of
@@ -74,9 +77,9 @@ func reportTraffic(t *testing.T, c *client) traffic {
 	t.Helper()
 	u := testenv.Unique("")
 	tr := traffic{alice: "ou_alice" + u, bob: "ou_bob" + u, evil: `<img src=x onerror="window.__pwned=1">` + u,
-		erin: "ou_erin" + u, frank: "ou_frank" + u, gina: "ou_gina" + u}
-	alice, bob, evil := tr.alice, tr.bob, tr.evil
-	carol, dan := "ou_carol"+u, "ou_dan"+u
+		dan: "ou_dan" + u, erin: "ou_erin" + u, frank: "ou_frank" + u, gina: "ou_gina" + u}
+	alice, bob, evil, dan := tr.alice, tr.bob, tr.evil, tr.dan
+	carol := "ou_carol" + u
 	var ms []msg
 	add := func(n int, scene, to string) {
 		for i := range n {
@@ -454,12 +457,19 @@ func TestReportPageInBrowser(t *testing.T) {
 		}
 	})
 
-	t.Run("why didn't I get it", func(t *testing.T) {
-		recipient := "open_id:" + alice
+	// lookUp asks the page why recipient got nothing, and waits for the
+	// answer.
+	lookUp := func(t *testing.T, recipient string) {
+		t.Helper()
 		b.do(t, "look up "+recipient,
 			chromedp.SetValue(chromedp.ID("lookup-recipient"), recipient),
 			chromedp.Click(chromedp.CSS(`#lookup-form button[type="submit"]`)),
 			chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#lookup-summary[data-recipient=%q]`, recipient))))
+	}
+
+	t.Run("why didn't I get it", func(t *testing.T) {
+		recipient := "open_id:" + alice
+		lookUp(t, recipient)
 		summary := eval(t, b, chromedp.Text(chromedp.ID("lookup-summary")))
 		want := g.suppressions(url.Values{"recipient": {recipient}, "since": {since}, "until": {until}})
 		type row struct {
@@ -491,6 +501,17 @@ func TestReportPageInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("why didn't I get it: a calendar limit", func(t *testing.T) {
+		recipient := "open_id:" + tr.dan
+		lookUp(t, recipient)
+		var limits []string
+		b.evalJSON(t, `[...document.querySelectorAll('#lookup-body tr')].map(tr =>
+			tr.querySelector('[data-field="limit"]').textContent)`, &limits)
+		if want := []string{"1 per calendar week in this scene (shadow: forwarded anyway)"}; !slices.Equal(limits, want) {
+			t.Errorf("lookup of %s: limits shown %q, want %q", recipient, limits, want)
+		}
+	})
+
 	t.Run("why didn't I get it: held messages", func(t *testing.T) {
 		type row struct {
 			ID      string `json:"id"`
@@ -508,10 +529,7 @@ func TestReportPageInBrowser(t *testing.T) {
 			{tr.gina, "digested", "in digest "},
 		} {
 			recipient := "open_id:" + tt.to
-			b.do(t, "look up "+recipient,
-				chromedp.SetValue(chromedp.ID("lookup-recipient"), recipient),
-				chromedp.Click(chromedp.CSS(`#lookup-form button[type="submit"]`)),
-				chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#lookup-summary[data-recipient=%q]`, recipient))))
+			lookUp(t, recipient)
 			var dom []row
 			b.evalJSON(t, `[...document.querySelectorAll('#lookup-body tr')].map(tr => {
 				const f = tr.querySelector('[data-field="outcome"]');

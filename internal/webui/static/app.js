@@ -73,8 +73,9 @@
     if (s.reason === 'quiet_hours') return 'quiet hours of the scene';
     if (s.reason === 'queued') return 'queued behind held messages';
     const scope = s.limit_scope === 'recipient' ? 'across all scenes' : 'in this scene';
-    // A calendar limit has no window.
-    const per = s.limit_window && s.limit_window !== '0s' ? s.limit_window : 'calendar period';
+    // A calendar limit has no window; its row names the period (rows
+    // written before limit_calendar existed do not).
+    const per = s.limit_window && s.limit_window !== '0s' ? s.limit_window : 'calendar ' + (s.limit_calendar || 'period');
     return s.limit_max + ' per ' + per + ' ' + scope;
   }
   function limitsText(limits) {
