@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the real services the tests need are reachable on loopback:
-# Redis and PostgreSQL (installed with apt when missing, then started).
+# Redis and PostgreSQL (installed with apt when missing, then started), and
+# faketime for the tests that run a redis-server of their own at a fake instant.
 # Idempotent: a service that already answers is left alone.
 # Prints the environment for the tests on stdout as KEY=VALUE lines; logs go
 # to stderr. Fails with a message naming the service and the reason.
@@ -43,6 +44,11 @@ wait_for() { # name, tries, command...
 redis_up() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; }
 if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
   apt_install redis-server redis-tools
+fi
+# faketime (libfaketime) starts a test's own redis-server at a chosen instant:
+# the DST tests (cmd/gate/dst_e2e_test.go) need Redis's TIME on a DST day.
+if ! command -v faketime >/dev/null; then
+  apt_install faketime
 fi
 if ! redis_up; then
   log "starting redis-server on 127.0.0.1:$REDIS_PORT"

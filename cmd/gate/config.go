@@ -51,6 +51,7 @@ type config struct {
 	AuditRetention   time.Duration
 	ShutdownTimeout  time.Duration
 	ReleaseInterval  time.Duration
+	TestClock        time.Time // zero: the real clock
 
 	// explicit holds the flags whose value came from a flag or a variable
 	// rather than the default.
@@ -149,6 +150,18 @@ func settings(c *config) []setting {
 		}},
 		{"shutdown-timeout", "GATE_SHUTDOWN_TIMEOUT", "10s", "longest graceful shutdown", false, dur(&c.ShutdownTimeout)},
 		{"release-interval", "GATE_RELEASE_INTERVAL", "500ms", "how often held messages (defer, digest, quiet hours) are checked for release", false, dur(&c.ReleaseInterval)},
+		{"test-clock", "GATE_TEST_CLOCK", "", "for tests only: an RFC 3339 instant the gate's clock starts at, then runs on in real time (empty: the real clock)", false, func(v string) error {
+			if v == "" {
+				c.TestClock = time.Time{}
+				return nil
+			}
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return fmt.Errorf("want an RFC 3339 instant such as 2027-03-28T00:05:00+01:00, or empty for the real clock, got %q", v)
+			}
+			c.TestClock = t
+			return nil
+		}},
 	}
 }
 

@@ -105,6 +105,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	scrub := newScrubber(c)
 	defer func() { err = scrub.Error(err) }()
 	log := newLogger(c, stderr, scrub)
+	now := gateClock(c, log)
 	tuneGC(getenv, log)
 	if err := os.MkdirAll(c.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
@@ -119,7 +120,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		return err
 	}
 
-	store, storeName, err := openWindowStore(c, &closers)
+	store, storeName, err := openWindowStore(c, now, &closers)
 	if err != nil {
 		return err
 	}
@@ -144,12 +145,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 
 	p, err := pipeline.New(pipeline.Options{
 		Rules: live, Store: store, Audit: audit, Holds: audit, Forwarder: bus, Metrics: m, Log: log,
-		MaxMessageBytes: c.MaxMessageBytes,
+		MaxMessageBytes: c.MaxMessageBytes, Now: now,
 	})
 	if err != nil {
 		return err
 	}
-	releaser, err := newReleaser(c, live, store, audit, bus, m, log)
+	releaser, err := newReleaser(c, now, live, store, audit, bus, m, log)
 	if err != nil {
 		return err
 	}
@@ -344,9 +345,9 @@ func initialNacosRules(src *nacosrules.Source, c *config, log *slog.Logger) (*ga
 	return fallback, nil
 }
 
-func openWindowStore(c *config, closers *closeStack) (gate.WindowStore, string, error) {
+func openWindowStore(c *config, now func() time.Time, closers *closeStack) (gate.WindowStore, string, error) {
 	if c.RedisURL == "" {
-		return inmem.New(inmem.Options{}), "in-process (GATE_REDIS_URL unset)", nil
+		return inmem.New(inmem.Options{Now: now}), "in-process (GATE_REDIS_URL unset)", nil
 	}
 	var client redis.UniversalClient
 	if c.RedisCluster {
@@ -371,7 +372,7 @@ func openWindowStore(c *config, closers *closeStack) (gate.WindowStore, string, 
 		client = redis.NewClient(o)
 	}
 	closers.push("redis", client.Close)
-	s, err := redisstore.New(client, redisstore.Options{Timeout: c.StoreTimeout})
+	s, err := redisstore.New(client, redisstore.Options{Timeout: c.StoreTimeout, Now: now})
 	if err != nil {
 		return nil, "", err
 	}

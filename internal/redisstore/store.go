@@ -26,6 +26,11 @@ type Options struct {
 	// Timeout bounds one Admit or Ping call, script reload included (default
 	// 200ms): a slow Redis must not stall the pipeline behind it.
 	Timeout time.Duration
+	// Now is the gate's clock (default time.Now), read only to compute the
+	// calendar periods the script chooses from; decisions stay on Redis's
+	// clock. It is set only where the gate's clock is shifted for tests
+	// (GATE_TEST_CLOCK), together with Redis's.
+	Now func() time.Time
 }
 
 // rediser is what the store calls on the client, so that *redis.Client,
@@ -85,11 +90,14 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if !contextTimeoutEnabled(client) {
 		return nil, errors.New("redisstore: the redis client must set ContextTimeoutEnabled (URL: context_timeout_enabled=true) so that Timeout bounds each call")
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	perCall := 1
 	if _, single := client.(*redis.Client); single {
 		perCall = perCallSingle
 	}
-	return &Store{client: client, prefix: opts.KeyPrefix, timeout: opts.Timeout, perCall: perCall, now: time.Now}, nil
+	return &Store{client: client, prefix: opts.KeyPrefix, timeout: opts.Timeout, perCall: perCall, now: opts.Now}, nil
 }
 
 // contextTimeoutEnabled reports whether the client honours context
