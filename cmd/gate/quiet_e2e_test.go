@@ -241,10 +241,10 @@ func nextMonday(t time.Time, loc *time.Location) time.Time {
 
 // TestCalendarLimits: a calendar limit counts in the scene's (or the
 // message's) zone and names the next local midnight (or Monday) as
-// next_allowed_at; rolling limits still work beside it. Only what a real
-// clock allows is checked here: the DST days of Europe/Berlin are the unit
-// tests' (internal/gate, the window stores' conformance suite); this test
-// checks Berlin's next midnight on whatever day it runs.
+// next_allowed_at; rolling limits still work beside it, on the real clock.
+// Europe/Berlin's DST days need a shifted clock: TestDSTCalendarDay
+// (dst_e2e_test.go) runs them through NATS on both stacks; this test checks
+// Berlin's next midnight on whatever day it runs.
 func TestCalendarLimits(t *testing.T) {
 	t.Parallel()
 	zone := func(name string) *time.Location {
