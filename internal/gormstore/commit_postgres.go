@@ -50,6 +50,7 @@ var commitPostgres = `WITH claimed AS (
 	WHERE "key" IN (SELECT "key" FROM claimed)
 	ORDER BY message_id
 	ON CONFLICT (message_id) DO NOTHING
+	RETURNING message_id, payload
 ), holds AS (
 	SELECT ` + heldColumns + `
 	FROM unnest(` + pgArrays(21, "text", "text", "text", "text", "text", "text", "text", "text", "bigint",
@@ -65,7 +66,10 @@ var commitPostgres = `WITH claimed AS (
 	SELECT count(*) FROM queued
 ), kept AS (
 	INSERT INTO held (` + heldColumns + `)
-	SELECT ` + heldColumns + ` FROM holds, queues_locked
+	SELECT ` + heldNoPayload + `, CASE WHEN EXISTS (SELECT 1 FROM audited a
+		WHERE a.message_id = holds.message_id AND convert_to(a.payload, 'UTF8') = holds.payload)
+		THEN ''::bytea ELSE holds.payload END
+	FROM holds, queues_locked
 	ORDER BY message_id
 	ON CONFLICT (message_id) DO NOTHING
 ), counted AS (

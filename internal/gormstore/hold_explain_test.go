@@ -70,7 +70,7 @@ func TestPostgresExplainHold(t *testing.T) {
 
 	scanRE := regexp.MustCompile(`(Index Scan|Index Only Scan|Bitmap Index Scan)( Backward)?( using| on) (\w+)`)
 	want := map[string]string{ // the first words of a statement -> the index it must use
-		"SELECT h.recipient, h.queue FROM unnest(":                 "held_queues_pkey",
+		"SELECT q.recipient, q.queue FROM unnest(":                 "held_queues_pkey",
 		"SELECT recipient, queue FROM held_queues WHERE due_at <=": "held_queues_due_idx",
 		"SELECT * FROM (SELECT message_id":                         "held_queue_seq_idx",
 	}

@@ -139,12 +139,16 @@ func (s *Store) lockDue(tx *gorm.DB, now time.Time, limit int) ([]gate.Queue, er
 
 // heldQuery reads the oldest perQueue messages of each of queues: one
 // branch per queue, each a range of held_queue_seq_idx.
-func heldQuery(queues []gate.Queue, perQueue int) (string, []any) {
+func (s *Store) heldQuery(queues []gate.Queue, perQueue int) (string, []any) {
+	columns := heldColumns
+	if s.dialect.name == migrations.Postgres {
+		columns = heldNoPayload + ", " + heldPayloadPostgres
+	}
 	branches := make([]string, len(queues))
 	args := make([]any, 0, 3*len(queues))
 	for i, q := range queues {
 		branches[i] = fmt.Sprintf(`SELECT * FROM (SELECT %s FROM held WHERE recipient = ? AND queue = ? ORDER BY seq LIMIT ?) AS q%d`,
-			heldColumns, i)
+			columns, i)
 		args = append(args, q.Recipient, q.Name, perQueue)
 	}
 	return strings.Join(branches, "\nUNION ALL "), args
@@ -157,7 +161,7 @@ func heldQuery(queues []gate.Queue, perQueue int) (string, []any) {
 func (s *Store) readHeld(tx *gorm.DB, queues []gate.Queue, perQueue int) ([][]gate.Held, error) {
 	byQueue := make(map[gate.Queue][]gate.Held, len(queues))
 	for chunk := range slices.Chunk(queues, heldPerStatement) {
-		q, args := heldQuery(chunk, perQueue)
+		q, args := s.heldQuery(chunk, perQueue)
 		rows, err := tx.Raw(q, args...).Rows()
 		if err != nil {
 			return nil, fmt.Errorf("read held messages: %w", err)

@@ -192,6 +192,11 @@ func (s *Store) PruneSuppressions(ctx context.Context, before time.Time) (int64,
 		pause = defaultAuditPrunePause
 	}
 	cutoff := s.dbTime(before)
+	if s.dialect.name == migrations.Postgres {
+		if _, err := s.sqlDB.ExecContext(ctx, sharedPayloadsBack, cutoff); err != nil {
+			return 0, unavailable(op, err)
+		}
+	}
 	var total int64
 	for {
 		res := s.db.WithContext(ctx).Exec(`DELETE FROM suppressions WHERE id IN
