@@ -40,16 +40,11 @@ func PlanMessage(rs *RuleSet, m Message, now time.Time) Plan {
 		return Plan{}
 	}
 	bypass := rule.Bypasses(m.Priority)
-	zone := m.Zone
-	if zone == nil {
-		zone = rule.Zone
-	}
+	zone := rule.ZoneFor(m.Zone)
+	recipient := m.Recipient()
 	p := Plan{Rule: rule, Known: true, Bypass: bypass, Zone: zone}
-	if q := rule.QuietHours; q != nil && !bypass {
-		p.QuietUntil, p.Quiet = q.Active(now, zone)
-	}
+	p.QuietUntil, p.Quiet = rule.QuietFor(m.Priority, now, zone)
 	if !bypass && !rule.Shadow {
-		recipient := m.Recipient()
 		if rule.OnExceed == ActionDefer || (rule.QuietHours != nil && rule.QuietHours.Action == ActionDefer) {
 			p.Queues = append(p.Queues, HoldQueue{Queue{recipient, m.Scene}, HoldDefer})
 		}
@@ -62,7 +57,7 @@ func PlanMessage(rs *RuleSet, m Message, now time.Time) Plan {
 	}
 	p.Request = &AdmitRequest{
 		ID:        m.ID,
-		Recipient: m.Recipient(),
+		Recipient: recipient,
 		Scene:     m.Scene,
 		Limits:    rule.Limits,
 		Caps:      rs.RecipientCaps,

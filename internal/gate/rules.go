@@ -99,6 +99,25 @@ func (r SceneRule) DigestQueue(scene string) string {
 // Bypasses reports whether a message of priority p skips the limits.
 func (r SceneRule) Bypasses(p Priority) bool { return slices.Contains(r.BypassPriorities, p) }
 
+// ZoneFor is the zone a message of the scene is decided in: the message's
+// own (own, nil when it names none), else the scene's (nil is UTC).
+func (r SceneRule) ZoneFor(own *time.Location) *time.Location {
+	if own != nil {
+		return own
+	}
+	return r.Zone
+}
+
+// QuietFor reports whether the scene's quiet hours hold a message of
+// priority p at t in zone, and when they end. A bypass priority is never
+// held by them.
+func (r SceneRule) QuietFor(p Priority, t time.Time, zone *time.Location) (until time.Time, quiet bool) {
+	if r.QuietHours == nil || r.Bypasses(p) {
+		return time.Time{}, false
+	}
+	return r.QuietHours.Active(t, zone)
+}
+
 // RuleSet is one validated rule document. It is immutable once published:
 // readers take one snapshot per message (or batch) and never see a mix.
 type RuleSet struct {

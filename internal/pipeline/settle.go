@@ -69,22 +69,13 @@ type queueRound struct {
 // the message's own, else the scene's.
 func (rd *round) sceneRule(h gate.Held) (gate.SceneRule, *time.Location, bool) {
 	rule, ok := rd.rules.Scene(h.Scene)
-	zone := rule.Zone
+	var own *time.Location
 	if h.TZ != "" {
-		if z, err := gate.LoadZone(h.TZ); err == nil {
-			zone = z
-		}
+		// The zone loaded when the message was decided; were it gone from
+		// the zone database since, the scene's applies.
+		own, _ = gate.LoadZone(h.TZ)
 	}
-	return rule, zone, ok
-}
-
-// quietUntil reports whether quiet hours of rule hold a message of
-// priority p now in zone, and until when.
-func (rd *round) quietUntil(rule gate.SceneRule, p gate.Priority, zone *time.Location) (time.Time, bool) {
-	if rule.QuietHours == nil || rule.Bypasses(p) {
-		return time.Time{}, false
-	}
-	return rule.QuietHours.Active(rd.now, zone)
+	return rule, rule.ZoneFor(own), ok
 }
 
 // expired reports whether a deferred message is past max_defer.
@@ -123,7 +114,7 @@ func (rd *round) planDefer(rows []gate.Held) {
 		case !known:
 			s.step, s.fallback = rd.unknownScene()
 		default:
-			if until, ok := rd.quietUntil(rule, h.Priority, zone); ok {
+			if until, ok := rule.QuietFor(h.Priority, rd.now, zone); ok {
 				s.step, s.due, quiet = stepReschedule, until, true
 				break
 			}
@@ -172,7 +163,7 @@ func (rd *round) planDigest(rows []gate.Held) {
 		return
 	}
 	// A digest is a notification too: quiet hours hold it.
-	if until, ok := rd.quietUntil(rule, "", zone); ok {
+	if until, ok := rule.QuietFor("", rd.now, zone); ok {
 		all(stepReschedule, until, "")
 		return
 	}
