@@ -227,13 +227,7 @@ func (p *Pipeline) decidedBefore(ctx context.Context, items []item, known []stri
 // the window, or is parked. The id then fills a place in its window until
 // it slides out, which holds back more, never less.
 func (p *Pipeline) forget(ctx context.Context, reqs []gate.AdmitRequest) {
-	if len(reqs) == 0 {
-		return
-	}
-	if err := p.o.Store.Forget(ctx, reqs); err != nil {
-		err = p.transient("window", "forget", err)
-		p.o.Log.Warn("admissions taken back stay counted in their windows", "ids", len(reqs), "err", err)
-	}
+	forget(ctx, p.o.Store, p.o.Metrics, p.o.Log, reqs, "admissions taken back stay counted in their windows")
 }
 
 // maxReasonBytes bounds the store's words quoted in a refusal's reason.

@@ -1,6 +1,9 @@
 package pipeline
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 	"unicode/utf8"
@@ -58,11 +61,7 @@ func sceneLabel(rules *gate.RuleSet, scene string) string {
 // id (as received; the log handler quotes what is not text) and sequence,
 // and the stack.
 func (p *Pipeline) recovered(stage, id string, seq uint64, v any) {
-	p.o.Log.Error("recovered from a panic while handling a message", "stage", stage, "id", id, "seq", seq,
-		"panic", v, "stack", string(debug.Stack()))
-	if p.o.Metrics != nil {
-		p.o.Metrics.Recovered.WithLabelValues(stage).Inc()
-	}
+	recovered(p.o.Log, p.o.Metrics, stage, "recovered from a panic while handling a message", v, "id", id, "seq", seq)
 }
 
 // timer starts timing one call to a dependency; calling what it returns
@@ -71,6 +70,40 @@ func (p *Pipeline) timer(store, op string) (done func()) { return startTimer(p.o
 
 // failedCall counts a call to a dependency that failed, transiently or not.
 func (p *Pipeline) failedCall(store, op string) { countFailure(p.o.Metrics, store, op) }
+
+// admit asks store about reqs, in one call. An answer that does not hold
+// one result per request is a store failure like any other, retried: the
+// pipeline and the releaser read the results by index.
+func admit(ctx context.Context, store gate.WindowStore, reqs []gate.AdmitRequest) ([]gate.AdmitResult, error) {
+	res, err := store.Admit(ctx, reqs)
+	if err == nil && len(res) != len(reqs) {
+		err = fmt.Errorf("admit: %w: store answered %d of %d requests", gate.ErrUnavailable, len(res), len(reqs))
+	}
+	return res, err
+}
+
+// forget takes the admissions of reqs back out of their windows for the
+// pipeline and the releaser; a failure is counted and logged as what, since
+// a retry would not help. The ids then fill places in their windows until
+// they slide out, which holds back more, never less.
+func forget(ctx context.Context, store gate.WindowStore, m *metrics.Metrics, log *slog.Logger, reqs []gate.AdmitRequest, what string) {
+	if len(reqs) == 0 {
+		return
+	}
+	if err := store.Forget(ctx, reqs); err != nil {
+		countFailure(m, "window", "forget")
+		log.Warn(what, "ids", len(reqs), "err", err)
+	}
+}
+
+// recovered logs and counts a panic recovered at stage (a bug), with what
+// identifies the work it hit.
+func recovered(log *slog.Logger, m *metrics.Metrics, stage, msg string, v any, attrs ...any) {
+	log.Error(msg, append(append([]any{"stage", stage}, attrs...), "panic", v, "stack", string(debug.Stack()))...)
+	if m != nil {
+		m.Recovered.WithLabelValues(stage).Inc()
+	}
+}
 
 // startTimer is Pipeline.timer for any holder of m, which may be nil.
 func startTimer(m *metrics.Metrics, store, op string) (done func()) {

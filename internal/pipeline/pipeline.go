@@ -357,10 +357,7 @@ func (p *Pipeline) decide(ctx context.Context, rules *gate.RuleSet, items []item
 		for k, a := range part {
 			reqs[k] = a.req
 		}
-		res, err := p.o.Store.Admit(ctx, reqs)
-		if err == nil && len(res) != len(reqs) {
-			err = fmt.Errorf("admit: %w: store answered %d of %d requests", gate.ErrUnavailable, len(res), len(reqs))
-		}
+		res, err := admit(ctx, p.o.Store, reqs)
 		if err != nil {
 			return err
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
@@ -171,10 +170,7 @@ func (r *Releaser) count(rules *gate.RuleSet, settled []gate.Settlement) {
 func (r *Releaser) settle(ctx context.Context, rules *gate.RuleSet, now time.Time, due [][]gate.Held) (out []gate.Settlement, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			r.o.Log.Error("recovered from a panic while releasing held messages", "panic", v, "stack", string(debug.Stack()))
-			if r.o.Metrics != nil {
-				r.o.Metrics.Recovered.WithLabelValues("release").Inc()
-			}
+			recovered(r.o.Log, r.o.Metrics, "release", "recovered from a panic while releasing held messages", v)
 			out, err = nil, fmt.Errorf("release: panic: %v", v)
 		}
 	}()
@@ -202,15 +198,7 @@ func (r *Releaser) settle(ctx context.Context, rules *gate.RuleSet, now time.Tim
 	return rd.out, nil
 }
 
-// forget takes back admissions of messages that stay held; a failure is
-// logged: the id fills a place in its window until it slides out, which
-// holds back more, never less.
+// forget takes back admissions of messages that stay held.
 func (r *Releaser) forget(ctx context.Context, reqs []gate.AdmitRequest) {
-	if len(reqs) == 0 {
-		return
-	}
-	if err := r.o.Store.Forget(ctx, reqs); err != nil {
-		countFailure(r.o.Metrics, "window", "forget")
-		r.o.Log.Warn("admissions of messages that stay held stay counted in their windows", "ids", len(reqs), "err", err)
-	}
+	forget(ctx, r.o.Store, r.o.Metrics, r.o.Log, reqs, "admissions of messages that stay held stay counted in their windows")
 }

@@ -185,14 +185,11 @@ func (rd *round) admit(ctx context.Context) error {
 		return nil
 	}
 	done := startTimer(rd.r.o.Metrics, "window", "admit")
-	res, err := rd.r.o.Store.Admit(ctx, rd.asks)
+	res, err := admit(ctx, rd.r.o.Store, rd.asks)
 	done()
-	if err == nil && len(res) != len(rd.asks) {
-		err = fmt.Errorf("%w: store answered %d of %d requests", gate.ErrUnavailable, len(res), len(rd.asks))
-	}
 	if err != nil {
 		countFailure(rd.r.o.Metrics, "window", "admit")
-		return fmt.Errorf("release: admit: %w", err)
+		return fmt.Errorf("release: %w", err)
 	}
 	rd.results = res
 	return nil
