@@ -75,16 +75,17 @@ func TestQuietHours(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	// The deferred message is released at the first whole minute at least
-	// 20 s away: time to start the gates and decide it while still quiet.
-	end := now.Truncate(time.Minute).Add(time.Minute)
-	if end.Sub(now) < 20*time.Second {
-		end = end.Add(time.Minute)
-	}
-	rules := quietRules(now, end, tokyo)
 	forEachStack(t, func(t *testing.T, kind stack) {
-		e := newEnv(t, kind, rules)
+		// The deferred message is released at the first whole minute at
+		// least 20 s away: time to start the gate and decide it while still
+		// quiet. It is reckoned here, when the parallel subtest runs, which
+		// may be long after the test began.
+		now := time.Now()
+		end := now.Truncate(time.Minute).Add(time.Minute)
+		if end.Sub(now) < 20*time.Second {
+			end = end.Add(time.Minute)
+		}
+		e := newEnv(t, kind, quietRules(now, end, tokyo))
 		g := e.start(nil)
 		c := e.client()
 		to := testenv.Unique("quiet")
@@ -255,15 +256,16 @@ func TestCalendarLimits(t *testing.T) {
 		return loc
 	}
 	shanghai, berlin, newYork := zone("Asia/Shanghai"), zone("Europe/Berlin"), zone("America/New_York")
-	// Messages of one check must fall in one local day: wait out a
-	// midnight closer than the test takes on two busy cores (it took up to
-	// a minute in make test).
-	for _, loc := range []*time.Location{shanghai, berlin, newYork} {
-		if d := time.Until(nextMidnight(time.Now(), loc)); d < 3*time.Minute {
-			time.Sleep(d + time.Second)
-		}
-	}
 	forEachStack(t, func(t *testing.T, kind stack) {
+		// Messages of one check must fall in one local day: wait out a
+		// midnight closer than the test takes on two busy cores (it took up
+		// to a minute in make test). Here, when the parallel subtest runs,
+		// which may be long after the test began.
+		for _, loc := range []*time.Location{shanghai, berlin, newYork} {
+			if d := time.Until(nextMidnight(time.Now(), loc)); d < 3*time.Minute {
+				time.Sleep(d + time.Second)
+			}
+		}
 		e := newEnv(t, kind, calendarRules)
 		g := e.start(nil)
 		c := e.client()
