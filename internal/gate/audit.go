@@ -59,9 +59,16 @@ type Suppression struct {
 type Record struct {
 	// Key is the idempotency key: the message id; for an invalid message
 	// "invalid:<Nats-Msg-Id>", or "seq:<stream sequence>" without one.
-	Key     string
-	Scene   string
-	Outcome Outcome
+	Key   string
+	Scene string
+	// Recipient, Priority and TZ are the message's (empty for an invalid
+	// one): with Scene and At, what the ledger keeps of every decision, so
+	// that a refund finds the windows a forward counted in and a rule
+	// preview can replay the decisions of a period.
+	Recipient string
+	Priority  Priority
+	TZ        string
+	Outcome   Outcome
 	// Shadow marks a forward that enforcement would have suppressed or
 	// dropped; ShadowOf says which.
 	Shadow   bool
@@ -82,7 +89,8 @@ type Record struct {
 // audit row when d suppresses or holds it, or would in shadow mode, and
 // with the message to hold when d holds it.
 func RecordOf(key string, m Message, d Decision, seq uint64, rulesVersion string) Record {
-	rec := Record{Key: key, Scene: m.Scene, Outcome: d.Outcome, Shadow: d.Shadow, ShadowOf: d.ShadowOf, Unchecked: d.Unchecked, At: d.At}
+	rec := Record{Key: key, Scene: m.Scene, Recipient: m.Recipient(), Priority: m.Priority, TZ: m.TZ,
+		Outcome: d.Outcome, Shadow: d.Shadow, ShadowOf: d.ShadowOf, Unchecked: d.Unchecked, At: d.At}
 	held := d.Holds()
 	if d.Outcome == OutcomeSuppress || held || (d.Shadow && d.ShadowOf != ActionDrop && d.ShadowOf != "") {
 		s := &Suppression{
@@ -223,4 +231,18 @@ func (s *SceneSummary) Counters() [NumCounters]*int64 {
 type Reports interface {
 	Suppressions(ctx context.Context, f SuppressionFilter) (SuppressionPage, error)
 	Summary(ctx context.Context, since, until time.Time) ([]SceneSummary, error)
+}
+
+// LedgerEntry is what the ledger keeps of one decided key: the message's
+// scene, recipient, priority and time zone, what was decided and when.
+// The first four are empty for an invalid message, and for rows written
+// before the ledger kept them.
+type LedgerEntry struct {
+	Key       string    `json:"key"`
+	Scene     string    `json:"scene"`
+	Recipient string    `json:"recipient"`
+	Priority  Priority  `json:"priority"`
+	TZ        string    `json:"tz,omitempty"`
+	Outcome   Outcome   `json:"outcome"`
+	At        time.Time `json:"decided_at"`
 }

@@ -54,10 +54,14 @@ type QuietHours struct {
 // Limit admits at most Max messages in any window of length Window: a
 // message decided at t passes if fewer than Max admitted messages fall in
 // (t-Window, t]. A calendar limit (Calendar set, Window zero) admits at most
-// Max in the calendar period holding t instead.
+// Max in the calendar period holding t instead. A rate limit (Rate set,
+// Window zero, Calendar empty) is a GCRA: Max (the burst) at once, then one
+// per Rate, the emission interval; its state is the theoretical arrival
+// time, on the store's clock.
 type Limit struct {
 	Window   time.Duration `json:"window"`
 	Calendar Calendar      `json:"calendar,omitempty"`
+	Rate     time.Duration `json:"rate,omitempty"`
 	Max      int           `json:"max"`
 }
 

@@ -29,6 +29,9 @@ type AdmitRequest struct {
 	Force bool
 	// Zone is the time zone of calendar limits (nil is UTC).
 	Zone *time.Location
+	// DryRun decides the request as a real one would be decided now, and
+	// records nothing: the verdict of a check that only asks.
+	DryRun bool
 }
 
 // Exceeded names the limit that held a message back.
@@ -56,6 +59,11 @@ type AdmitResult struct {
 	NextAllowedAt time.Time
 	// Now is the store's clock at the decision.
 	Now time.Time
+	// Tightest is set when Admitted is true (and not Duplicate) and a limit
+	// applies: the limit with the fewest slots left after this admission,
+	// and its Count including this message. A dry run reports what an
+	// admission would leave.
+	Tightest *Exceeded
 }
 
 // WindowStore keeps the sliding windows.
