@@ -139,11 +139,11 @@ func uniqueRecords(recs []gate.Record) ([]gate.Record, error) {
 func (s *Store) claim(tx *gorm.DB, recs []gate.Record) ([]gate.Record, error) {
 	fresh := make(map[string]bool, len(recs))
 	for chunk := range slices.Chunk(recs, chunkRows) {
-		args := make([]any, 0, 3*len(chunk))
+		args := make([]any, 0, 7*len(chunk))
 		for _, r := range chunk {
-			args = append(args, r.Key, string(r.Outcome), s.dbTime(r.At))
+			args = append(args, r.Key, string(r.Outcome), s.dbTime(r.At), r.Scene, r.Recipient, string(r.Priority), r.TZ)
 		}
-		rows, err := tx.Raw(multiRow(`INSERT INTO decisions ("key", outcome, decided_at)`, 3, len(chunk))+
+		rows, err := tx.Raw(multiRow(`INSERT INTO decisions ("key", outcome, decided_at, scene, recipient, priority, tz)`, 7, len(chunk))+
 			` ON CONFLICT ("key") DO NOTHING RETURNING "key"`, args...).Rows()
 		if err != nil {
 			return nil, fmt.Errorf("claim keys: %w", err)

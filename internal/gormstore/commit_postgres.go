@@ -33,9 +33,14 @@ import (
 
 const decidedPostgres = `SELECT "key", outcome, decided_at FROM decisions WHERE "key" = ANY($1::text[])`
 
-var commitPostgres = `WITH claimed AS (
-	INSERT INTO decisions ("key", outcome, decided_at)
-	SELECT * FROM unnest(` + pgArrays(1, "text", "text", "timestamptz") + `)
+var commitPostgres = commitStatement(new(paramSeq))
+
+// commitStatement is the text of the statement above, its parameters
+// numbered in the order commitOnPostgres passes them.
+func commitStatement(p *paramSeq) string {
+	return `WITH claimed AS (
+	INSERT INTO decisions ("key", outcome, decided_at, scene, recipient, priority, tz)
+	SELECT * FROM unnest(` + p.arrays("text", "text", "timestamptz", "text", "text", "text", "text") + `)
 	ON CONFLICT ("key") DO NOTHING
 	RETURNING "key"
 ), audited AS (
@@ -43,7 +48,7 @@ var commitPostgres = `WITH claimed AS (
 		limit_calendar, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
 	SELECT message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
 		limit_calendar, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as
-	FROM unnest(` + pgArrays(4, "text", "text", "text", "text", "text", "text", "bigint", "integer", "text", "integer",
+	FROM unnest(` + p.arrays("text", "text", "text", "text", "text", "text", "bigint", "integer", "text", "integer",
 	"boolean", "text", "text", "timestamptz", "timestamptz", "text", "text") + `)
 		AS s("key", message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
 		limit_calendar, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
@@ -53,7 +58,7 @@ var commitPostgres = `WITH claimed AS (
 	RETURNING message_id, payload
 ), holds AS (
 	SELECT ` + heldColumns + `
-	FROM unnest(` + pgArrays(21, "text", "text", "text", "text", "text", "text", "text", "text", "bigint",
+	FROM unnest(` + p.arrays("text", "text", "text", "text", "text", "text", "text", "text", "bigint",
 	"timestamptz", "timestamptz", "timestamptz", "text", "text", "bytea") + `)
 		AS h("key", ` + heldColumns + `)
 	WHERE "key" IN (SELECT "key" FROM claimed)
@@ -75,19 +80,25 @@ var commitPostgres = `WITH claimed AS (
 ), counted AS (
 	INSERT INTO scene_counters (scene, hour, ` + eachCounter("%s", ", ") + `)
 	SELECT scene, hour, ` + eachCounter("sum(%s)", ", ") + `
-	FROM unnest(` + pgArrays(36, append([]string{"text", "text", "timestamptz"}, slices.Repeat([]string{"integer"}, gate.NumCounters)...)...) + `)
+	FROM unnest(` + p.arrays(append([]string{"text", "text", "timestamptz"}, slices.Repeat([]string{"integer"}, gate.NumCounters)...)...) + `)
 		AS c("key", scene, hour, ` + eachCounter("%s", ", ") + `), queues_locked
 	WHERE "key" IN (SELECT "key" FROM claimed)
 	GROUP BY scene, hour
 	ORDER BY scene COLLATE "C", hour` + addCounts + `
 )
 SELECT "key" FROM claimed`
+}
 
-// pgArrays is "$from::t1[], $from+1::t2[], …", one parameter per type.
-func pgArrays(from int, types ...string) string {
+// paramSeq numbers a statement's parameters in order, so that a column
+// added to one CTE renumbers those after it.
+type paramSeq struct{ n int }
+
+// arrays is "$n::t1[], $n+1::t2[], …", one parameter per type.
+func (p *paramSeq) arrays(types ...string) string {
 	parts := make([]string, len(types))
 	for i, t := range types {
-		parts[i] = fmt.Sprintf("$%d::%s[]", from+i, t)
+		p.n++
+		parts[i] = fmt.Sprintf("$%d::%s[]", p.n, t)
 	}
 	return strings.Join(parts, ", ")
 }
@@ -116,6 +127,9 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 		keys, outcomes = make([]string, n), make([]string, n)
 		ats, hours     = make([]time.Time, n), make([]time.Time, n)
 		scenes         = make([]string, n)
+		recipients     = make([]string, n)
+		priorities     = make([]string, n)
+		zones          = make([]string, n)
 		counts         [gate.NumCounters][]int32
 		sup            suppressionColumns
 		held           heldArrays
@@ -125,6 +139,7 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 	}
 	for i, r := range recs {
 		keys[i], outcomes[i], scenes[i] = r.Key, string(r.Outcome), r.Scene
+		recipients[i], priorities[i], zones[i] = r.Recipient, string(r.Priority), r.TZ
 		ats[i] = r.At.UTC().Truncate(time.Microsecond)
 		hours[i] = r.At.UTC().Truncate(time.Hour)
 		var c gate.SceneSummary
@@ -139,7 +154,7 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 			held.add(r)
 		}
 	}
-	args := []any{keys, outcomes, ats}
+	args := []any{keys, outcomes, ats, scenes, recipients, priorities, zones}
 	args = append(args, sup.args()...)
 	args = append(args, held.args()...)
 	args = append(args, keys, scenes, hours)

@@ -45,6 +45,7 @@ func runConformance(t *testing.T, fresh freshFunc) {
 		{"SuppressionBadQueries", testSuppressionBadQueries},
 		{"SummaryRanges", testSummaryRanges},
 		{"Prune", testPrune},
+		{"LedgerReads", testLedgerReads},
 		{"Closed", testClosed},
 	}
 	for _, tt := range tests {
