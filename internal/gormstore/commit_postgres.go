@@ -49,7 +49,7 @@ func commitStatement(p *paramSeq) string {
 	SELECT message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
 		limit_calendar, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as
 	FROM unnest(` + p.arrays("text", "text", "text", "text", "text", "text", "bigint", "integer", "text", "integer",
-	"boolean", "text", "text", "timestamptz", "timestamptz", "text", "text") + `)
+		"boolean", "text", "text", "timestamptz", "timestamptz", "text", "text") + `)
 		AS s("key", message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
 		limit_calendar, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
 	WHERE "key" IN (SELECT "key" FROM claimed)
@@ -59,7 +59,7 @@ func commitStatement(p *paramSeq) string {
 ), holds AS (
 	SELECT ` + heldColumns + `
 	FROM unnest(` + p.arrays("text", "text", "text", "text", "text", "text", "text", "text", "bigint",
-	"timestamptz", "timestamptz", "timestamptz", "text", "text", "bytea") + `)
+		"timestamptz", "timestamptz", "timestamptz", "text", "text", "bytea") + `)
 		AS h("key", ` + heldColumns + `)
 	WHERE "key" IN (SELECT "key" FROM claimed)
 ), queued AS (
