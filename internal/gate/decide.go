@@ -23,6 +23,15 @@ type Plan struct {
 	// end at QuietUntil. Without shadow mode, no window is asked then.
 	Quiet      bool
 	QuietUntil time.Time
+	// Preference is set when the recipient's preferences decide the
+	// message (never one of a bypass priority): ActionSuppress when they
+	// mute its scene (until PreferenceUntil, zero for good), ActionDigest
+	// when they collect it into PreferenceQueue, its scene's digest queue.
+	// They come before quiet hours and windows: without shadow mode, no
+	// window is asked, so a muted message takes no slot.
+	Preference      Action
+	PreferenceUntil time.Time
+	PreferenceQueue Queue
 	// Queues are the queues of held messages that the message must not
 	// overtake: when one holds messages already, it is held behind them in
 	// the first such. Empty for a bypass, a shadow scene, an unknown scene,
@@ -30,11 +39,20 @@ type Plan struct {
 	Queues []HoldQueue
 }
 
-// PlanMessage works out what deciding m under rs at now takes. A message of
-// an unknown scene touches no window: it neither counts toward the
-// recipient caps nor is held by them. Quiet hours are checked on the gate's
-// clock (now) before any window: a message they hold is not counted.
+// PlanMessage works out what deciding m under rs at now takes, for a
+// recipient without preferences: PlanWithPreferences(rs, m, nil, now).
 func PlanMessage(rs *RuleSet, m Message, now time.Time) Plan {
+	return PlanWithPreferences(rs, m, nil, now)
+}
+
+// PlanWithPreferences works out what deciding m under rs at now takes,
+// given prefs, the preferences of m's recipient (nil when it has none). A
+// message of an unknown scene touches no window: it neither counts toward
+// the recipient caps nor is held by them, and preferences do not apply to
+// it (the scene's unknown_scene action does). The recipient's preferences
+// come first, then quiet hours, both on the gate's clock (now), then the
+// windows: a message either holds back is not counted.
+func PlanWithPreferences(rs *RuleSet, m Message, prefs *Preferences, now time.Time) Plan {
 	rule, ok := rs.Scene(m.Scene)
 	if !ok {
 		return Plan{}
@@ -43,6 +61,20 @@ func PlanMessage(rs *RuleSet, m Message, now time.Time) Plan {
 	zone := rule.ZoneFor(m.Zone)
 	recipient := m.Recipient()
 	p := Plan{Rule: rule, Known: true, Bypass: bypass, Zone: zone}
+	if !bypass {
+		switch {
+		case prefs.Mutes(m.Scene, now):
+			p.Preference, p.PreferenceUntil = ActionSuppress, prefs.MutedUntil
+		case prefs.DigestOnly(m.Scene):
+			p.Preference = ActionDigest
+			p.PreferenceQueue = Queue{recipient, rule.DigestQueue(m.Scene)}
+		}
+	}
+	if p.Preference != "" && !rule.Shadow {
+		// Decided whatever the windows or held queues say: a muted
+		// message is suppressed, a digest_only one joins its digest.
+		return p
+	}
 	p.QuietUntil, p.Quiet = rule.QuietFor(m.Priority, now, zone)
 	if !bypass && !rule.Shadow {
 		if rule.OnExceed == ActionDefer || (rule.QuietHours != nil && rule.QuietHours.Action == ActionDefer) {
@@ -81,7 +113,7 @@ type Decision struct {
 	// unavailable and the scene fails open (on_store_error: forward).
 	Unchecked bool
 	// Reason is "limit", "unknown_scene", "quiet_hours", "queued",
-	// "store_error", or "" for a plain forward.
+	// "preference", "store_error", or "" for a plain forward.
 	Reason        string
 	Exceeded      *Exceeded
 	NextAllowedAt time.Time
@@ -113,6 +145,9 @@ func Resolve(rs *RuleSet, p Plan, res AdmitResult, now time.Time) Decision {
 	d := Decision{At: res.Now, Bypass: p.Bypass, Duplicate: res.Duplicate}
 	if d.At.IsZero() || p.Request == nil {
 		d.At = now
+	}
+	if p.Preference != "" {
+		return preference(p, d)
 	}
 	if p.Quiet {
 		return quiet(p, d)
@@ -152,6 +187,28 @@ func quiet(p Plan, d Decision) Decision {
 	d.Outcome = actionOutcome(a)
 	if d.Outcome == OutcomeDefer {
 		hold(&d, p, OutcomeDefer, p.QuietUntil)
+	}
+	return d
+}
+
+// preference decides a message its recipient's preferences hold back, as
+// if they were the limit hit: suppressed when muted (NextAllowedAt the
+// mute's end, when it has one), or held as a digest in the scene's digest
+// queue, due one of the scene's shortest windows later so that the
+// messages that come meanwhile join one digest. A shadow scene forwards it
+// and says what it would have done.
+func preference(p Plan, d Decision) Decision {
+	d.Reason = ReasonPreference
+	d.Exceeded = &Exceeded{Scope: ScopePreference}
+	d.NextAllowedAt = p.PreferenceUntil
+	if p.Rule.Shadow {
+		d.Outcome, d.Shadow, d.ShadowOf = OutcomeForward, true, p.Preference
+		return d
+	}
+	d.Outcome = actionOutcome(p.Preference)
+	if d.Outcome == OutcomeDigest {
+		d.Queue, d.HoldUntil = p.PreferenceQueue, d.At.Add(p.Rule.digestDelay())
+		d.NextAllowedAt = d.HoldUntil
 	}
 	return d
 }
