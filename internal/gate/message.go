@@ -107,7 +107,14 @@ func parseMessage(data []byte, headerID, headerTZ string, maxBytes int) (Message
 	if err := json.Unmarshal(data, &env); err != nil {
 		return Message{}, invalidf("message is not a JSON object: %s", jsonReason(err))
 	}
-	m := Message{Raw: data}
+	return env.message(data, headerID, headerTZ)
+}
+
+// message checks the fields of a decoded envelope (and the headers that
+// stand in for them) and returns the Message they make, raw its bytes. A
+// check (ParseCheck) is held to the same checks through it.
+func (env *envelope) message(raw []byte, headerID, headerTZ string) (Message, error) {
+	m := Message{Raw: raw}
 	var err error
 	idField, id := "id", deref(env.ID)
 	switch {
