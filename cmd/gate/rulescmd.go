@@ -84,6 +84,9 @@ func limitsText(ls []gate.Limit) string {
 		if l.Calendar != "" {
 			parts[i] = fmt.Sprintf("%d/calendar %s", l.Max, l.Calendar)
 		}
+		if l.Rate != 0 {
+			parts[i] = fmt.Sprintf("rate %s burst %d", gate.FormatRate(l.Rate), l.Max)
+		}
 	}
 	return strings.Join(parts, " and ")
 }

@@ -158,8 +158,16 @@ type RuleSource interface {
 }
 
 // MarshalJSON writes a limit as a rule document does: {"window":"1h","max":1},
-// or {"calendar":"day","max":3} for a calendar limit.
+// {"calendar":"day","max":3} for a calendar limit, or {"rate":"1/10m","burst":3}
+// for a rate limit. Limits without a rate write what they always wrote, so
+// the Version of a document without rate limits does not change.
 func (l Limit) MarshalJSON() ([]byte, error) {
+	if l.Rate != 0 {
+		return json.Marshal(struct {
+			Rate  string `json:"rate"`
+			Burst int    `json:"burst"`
+		}{FormatRate(l.Rate), l.Max})
+	}
 	if l.Calendar != "" {
 		return json.Marshal(struct {
 			Calendar Calendar `json:"calendar"`
@@ -172,15 +180,25 @@ func (l Limit) MarshalJSON() ([]byte, error) {
 	}{Duration(l.Window), l.Max})
 }
 
-// UnmarshalJSON reads either form MarshalJSON writes.
+// UnmarshalJSON reads any form MarshalJSON writes.
 func (l *Limit) UnmarshalJSON(b []byte) error {
 	var v struct {
 		Window   Duration `json:"window"`
 		Calendar Calendar `json:"calendar"`
+		Rate     string   `json:"rate"`
+		Burst    int      `json:"burst"`
 		Max      int      `json:"max"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
+	}
+	if v.Rate != "" {
+		every, err := ParseRate(v.Rate)
+		if err != nil {
+			return err
+		}
+		*l = Limit{Rate: every, Max: v.Burst}
+		return nil
 	}
 	*l = Limit{Window: time.Duration(v.Window), Calendar: v.Calendar, Max: v.Max}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -96,8 +98,9 @@ type WindowStore interface {
 }
 
 // ErrInvalidRequest marks an admit request no store can decide (an empty
-// id, recipient or scene, a limit with neither a positive window nor a
-// known calendar, or with both, a max under 1).
+// id, recipient or scene, a limit with neither a positive window, nor a
+// known calendar, nor a positive rate, or with two of them, a max under 1,
+// two rate limits in one set).
 // It is permanent: retrying cannot help.
 var ErrInvalidRequest = errors.New("invalid admit request")
 
@@ -115,10 +118,21 @@ func (r *AdmitRequest) Validate() error {
 		scope  Scope
 		limits []Limit
 	}{{ScopeScene, r.Limits}, {ScopeRecipient, r.Caps}} {
+		rates := 0
 		for j, l := range set.limits {
+			if l.Rate != 0 {
+				rates++
+			}
 			switch {
-			case l.Calendar == "" && l.Window <= 0:
-				return fmt.Errorf("%w: %s limit %d {window %v, max %d}: window must be positive, or calendar set",
+			case l.Rate < 0 || (l.Rate > 0 && (l.Window != 0 || l.Calendar != "")):
+				return fmt.Errorf("%w: %s limit %d {rate %v, window %v, calendar %q}: a rate limit has a positive rate and neither window nor calendar",
+					ErrInvalidRequest, set.scope, j, l.Rate, l.Window, l.Calendar)
+			case rates > 1:
+				// A store keeps one theoretical arrival time per window.
+				return fmt.Errorf("%w: %s limit %d: a second rate limit; the %s limits may have one",
+					ErrInvalidRequest, set.scope, j, set.scope)
+			case l.Rate == 0 && l.Calendar == "" && l.Window <= 0:
+				return fmt.Errorf("%w: %s limit %d {window %v, max %d}: window must be positive, or calendar or rate set",
 					ErrInvalidRequest, set.scope, j, l.Window, l.Max)
 			case l.Calendar != "" && l.Window != 0:
 				return fmt.Errorf("%w: %s limit %d {window %v, calendar %q}: a limit has a window or a calendar, not both",
@@ -140,3 +154,58 @@ func (r *AdmitRequest) Validate() error {
 func (l Limit) WindowMillis() int64 {
 	return int64((l.Window + time.Millisecond - 1) / time.Millisecond)
 }
+
+// RateMillis is a rate limit's emission interval rounded up to whole
+// milliseconds (rule documents allow whole milliseconds only).
+func (l Limit) RateMillis() int64 {
+	return int64((l.Rate + time.Millisecond - 1) / time.Millisecond)
+}
+
+// RateLimit returns the rate limit of limits and its place, or -1: a valid
+// request has at most one per set.
+func RateLimit(limits []Limit) (Limit, int) {
+	for i, l := range limits {
+		if l.Rate != 0 {
+			return l, i
+		}
+	}
+	return Limit{}, -1
+}
+
+// ParseRate reads a rate as rule documents write it, "N/duration" (N
+// messages per duration: "1/10m", "6/1h", "100/1d"), and returns its
+// emission interval, duration/N. The interval must be a whole number of
+// milliseconds, the stores' resolution, and at least one: "3/1s" is
+// refused rather than rounded, so that what a document says is what the
+// stores enforce.
+func ParseRate(s string) (time.Duration, error) {
+	n, per, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return 0, fmt.Errorf("rate %q is not N/duration, such as 1/10m", s)
+	}
+	count, err := strconv.ParseInt(strings.TrimSpace(n), 10, 64)
+	if err != nil || count < 1 {
+		return 0, fmt.Errorf("rate %q: %q before the / must be a whole number of at least 1", s, n)
+	}
+	d, err := ParseDuration(per)
+	if err != nil {
+		return 0, fmt.Errorf("rate %q: %w", s, err)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("rate %q: the duration must be positive", s)
+	}
+	every := d / time.Duration(count)
+	switch {
+	case every < time.Millisecond:
+		return 0, fmt.Errorf("rate %q is faster than one per millisecond, the stores' resolution", s)
+	case d%time.Duration(count) != 0 || every%time.Millisecond != 0:
+		return 0, fmt.Errorf("rate %q is one per %v, not a whole number of milliseconds: write one such as 1/%s",
+			s, every, FormatDuration(every.Truncate(time.Millisecond)))
+	}
+	return every, nil
+}
+
+// FormatRate writes an emission interval as a rule-document rate:
+// "1/10m". Rates that name the same interval ("6/1h", "1/10m") format
+// alike, so they hash to one Version.
+func FormatRate(every time.Duration) string { return "1/" + FormatDuration(every) }

@@ -62,6 +62,10 @@ func Format(rs *gate.RuleSet) []byte {
 
 func writeLimits(b *bytes.Buffer, indent string, ls []gate.Limit) {
 	for _, l := range ls {
+		if l.Rate != 0 {
+			fmt.Fprintf(b, "%s- {rate: %s, burst: %d}\n", indent, gate.FormatRate(l.Rate), l.Max)
+			continue
+		}
 		if l.Calendar != "" {
 			fmt.Fprintf(b, "%s- {calendar: %s, max: %d}\n", indent, l.Calendar, l.Max)
 			continue

@@ -47,6 +47,10 @@ func FuzzParse(f *testing.F) {
 			}
 			checkHoldRule(t, name, r)
 		}
+		caps := gate.AdmitRequest{ID: "m", Recipient: "open_id:r", Scene: "s", Caps: rs.RecipientCaps}
+		if err := caps.Validate(); err != nil {
+			t.Fatalf("recipient_caps %+v: %v", rs.RecipientCaps, err)
+		}
 		checkJSONRoundTrip(t, rs)
 		out := Format(rs)
 		again, err := Parse("formatted.yaml", out)
@@ -74,9 +78,10 @@ func checkHoldRule(t *testing.T, name string, r gate.SceneRule) {
 	if q := r.QuietHours; q != nil && (q.From == q.To || q.From < 0 || q.To < 0 || q.From >= 24*time.Hour || q.To >= 24*time.Hour) {
 		t.Fatalf("scene %s: quiet hours %+v", name, q)
 	}
-	for _, l := range r.Limits {
-		if (l.Calendar == "") == (l.Window == 0) {
-			t.Fatalf("scene %s: limit %+v has both or neither of window and calendar", name, l)
-		}
+	// Every limit a document can say is one a window store can decide: one
+	// of window, calendar and rate, and one rate limit at most.
+	q := gate.AdmitRequest{ID: "m", Recipient: "open_id:r", Scene: name, Limits: r.Limits}
+	if err := q.Validate(); err != nil {
+		t.Fatalf("scene %s: limits %+v: %v", name, r.Limits, err)
 	}
 }

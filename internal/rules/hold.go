@@ -19,10 +19,12 @@ import (
 var calendarOrder = []gate.Calendar{gate.CalendarDay, gate.CalendarWeek}
 
 // limitOrder puts equal lists of limits in equal order: rolling limits by
-// window, then calendar limits by period. Documents without calendar limits
-// keep the order, and so the Version, they always had.
+// window, then calendar limits by period, then the rate limit. Documents
+// without calendar or rate limits keep the order, and so the Version, they
+// always had.
 func limitOrder(a, b gate.Limit) int {
 	return cmp.Or(
+		cmp.Compare(a.Rate, b.Rate),
 		cmp.Compare(slices.Index(calendarOrder, a.Calendar), slices.Index(calendarOrder, b.Calendar)),
 		cmp.Compare(a.Window, b.Window))
 }
@@ -43,7 +45,7 @@ func (p *docParser) period(n *yaml.Node, path string, fields []field) bool {
 	}
 	switch {
 	case window == nil && calendar == nil:
-		p.failf(n, path, `missing key "window" or "calendar": a limit counts in a rolling window ({window: 1h, max: 1}) or a calendar period ({calendar: day, max: 3})`)
+		p.failf(n, path, `missing key "window", "calendar" or "rate": a limit counts in a rolling window ({window: 1h, max: 1}), a calendar period ({calendar: day, max: 3}) or at a rate ({rate: 1/10m, burst: 3})`)
 		return false
 	case window != nil && calendar != nil:
 		p.failf(calendar, path, "has both window and calendar: give one, a rolling window or a calendar period (write two limits for both)")

@@ -45,7 +45,7 @@ var (
 	topKeys   = []string{"unknown_scene", "recipient_caps", "scenes"}
 	sceneKeys = []string{"limits", "on_exceed", "bypass_priorities", "shadow", "on_store_error",
 		"max_defer", "defer_fallback", "digest_group", "tz", "quiet_hours"}
-	limitKeys = []string{"window", "calendar", "max"}
+	limitKeys = []string{"window", "calendar", "rate", "max", "burst"}
 )
 
 // priorityOrder is the order bypass_priorities are normalized to: by rank,

@@ -13,17 +13,29 @@ import (
 // The readers of a rule document's values: limits, durations, counts,
 // actions, priorities and booleans, each checked against its bounds.
 
-// limits reads a list of {window, max} and {calendar, max}. Two limits on
-// one window or calendar period would be redundant at best and contradictory
-// at worst, so they are rejected.
+// limits reads a list of {window, max}, {calendar, max} and {rate, burst}.
+// Two limits on one window or calendar period would be redundant at best
+// and contradictory at worst, so they are rejected; so is a second rate
+// limit, since a store keeps one theoretical arrival time per window.
 func (p *docParser) limits(n *yaml.Node, path string) []gate.Limit {
 	items := p.sequence(n, path, "[{window: 1h, max: 1}]")
 	out := make([]gate.Limit, 0, len(items))
 	first := map[gate.Limit]int{} // by window and calendar; Max is zero
+	rate := -1
 	for i, item := range items {
 		ip := fmt.Sprintf("%s[%d]", path, i)
 		l, wn, ok := p.limit(item, ip)
 		if !ok {
+			continue
+		}
+		if l.Rate != 0 {
+			if rate >= 0 {
+				p.failf(wn, ip+".rate", "%s[%d] at line %d is already a rate limit: give a list one rate limit (add window limits for longer spans)",
+					path, rate, items[rate].Line)
+				continue
+			}
+			rate = i
+			out = append(out, l)
 			continue
 		}
 		key := gate.Limit{Window: l.Window, Calendar: l.Calendar}
@@ -42,11 +54,17 @@ func (p *docParser) limits(n *yaml.Node, path string) []gate.Limit {
 	return out
 }
 
-// limit reads one {window, max} or {calendar, max}; wn is the window's or
-// calendar's node, for messages.
+// limit reads one {window, max}, {calendar, max} or {rate, burst}; wn is
+// the window's, calendar's or rate's node, for messages.
 func (p *docParser) limit(n *yaml.Node, path string) (l gate.Limit, wn *yaml.Node, ok bool) {
 	fields, ok := p.mapping(n, path, limitKeys)
 	if !ok {
+		return l, nil, false
+	}
+	if isRate(fields) {
+		return p.rateLimit(path, fields)
+	}
+	if p.burstWithoutRate(path, fields) {
 		return l, nil, false
 	}
 	if okP, okR := p.period(n, path, fields), p.require(n, path, fields, "max"); !okP || !okR {
