@@ -79,6 +79,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"TopRecipients":   TopRecipients{},
 		"RuleStatus":      gate.RuleStatus{},
 		"RuleSet":         gate.RuleSet{},
+		"RulePreview":     gate.RulePreview{},
+		"ScenePreview":    gate.ScenePreview{},
+		"PreviewCounts":   gate.PreviewCounts{},
 		// SceneRule, QuietHours and Limit write fields their tags do not
 		// name (durations as text): TestOpenAPIRuleSchemasMatchEncoding.
 	}
@@ -125,8 +128,8 @@ func TestOpenAPIPathsAreServed(t *testing.T) {
 	srv := newTestServer(t, &fakeStore{})
 	for path, ops := range doc.Paths {
 		for method := range ops {
-			if method != "get" {
-				t.Errorf("%s %s: the gate serves only GET", method, path)
+			if method != "get" && method != "post" {
+				t.Errorf("%s %s: the gate serves only GET and POST", method, path)
 			}
 		}
 		if path == "/metrics" {
@@ -166,12 +169,14 @@ func TestOpenAPIDocumentsRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	for path, ops := range doc.Paths {
-		resp := ops["get"].Responses
-		if _, ok := resp["403"]; ok == probePaths[path] {
-			t.Errorf("GET %s: 403 documented %v; the Host check applies to it: %v", path, ok, !probePaths[path])
-		}
-		if _, ok := resp["400"]; strings.HasPrefix(path, "/v1/") && !ok {
-			t.Errorf("GET %s: 400 is not documented; a malformed query string gets it", path)
+		for method, op := range ops {
+			resp := op.Responses
+			if _, ok := resp["403"]; ok == probePaths[path] {
+				t.Errorf("%s %s: 403 documented %v; the Host check applies to it: %v", method, path, ok, !probePaths[path])
+			}
+			if _, ok := resp["400"]; strings.HasPrefix(path, "/v1/") && !ok {
+				t.Errorf("%s %s: 400 is not documented; a malformed query string gets it", method, path)
+			}
 		}
 	}
 	for name, want := range map[string]int{"scene": gate.MaxSceneBytes, "recipient": maxRecipientBytes} {

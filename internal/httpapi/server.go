@@ -58,6 +58,8 @@ type Options struct {
 	ExportPageTimeout time.Duration
 	Metrics           *metrics.Metrics
 	Log               *slog.Logger
+	// Preview serves POST /v1/rules/preview; nil answers it 404.
+	Preview gate.Previewer
 }
 
 // defaultExportPageTimeout is ExportPageTimeout when unset.
@@ -105,6 +107,7 @@ func NewServer(o Options) http.Handler {
 			handle("GET "+path, s.auth(s.errors(h)))
 		}
 	}
+	handle("/v1/rules/preview", s.auth(s.errors(s.preview)))
 	// Every other /v1/ request: 405 on a known path, 404 elsewhere, both
 	// with the JSON error body of the API.
 	handle("/v1/", s.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
