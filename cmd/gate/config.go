@@ -51,6 +51,7 @@ type config struct {
 	AuditRetention   time.Duration
 	ShutdownTimeout  time.Duration
 	ReleaseInterval  time.Duration
+	PreviewMax       int       // GATE_PREVIEW_MAX_DECISIONS
 	TestClock        time.Time // zero: the real clock
 
 	// explicit holds the flags whose value came from a flag or a variable
@@ -139,6 +140,7 @@ func settings(c *config) []setting {
 		}},
 		{"retry-max", "GATE_RETRY_MAX", "30s", "longest delay before a message that met a transient failure is retried", false, dur(&c.RetryMax)},
 		{"redact-payload", "GATE_REDACT_PAYLOAD", "false", "leave the payload out of suppression rows", false, boolean(&c.RedactPayload)},
+		{"preview-max-decisions", "GATE_PREVIEW_MAX_DECISIONS", "2000000", "most ledger rows one rule preview replays (POST /v1/rules/preview); a preview that reaches it says so", false, num(&c.PreviewMax)},
 		{"ledger-retention", "GATE_LEDGER_RETENTION", "168h", "how long decided message ids are remembered for de-duplication", false, dur(&c.LedgerRetention)},
 		{"audit-retention", "GATE_AUDIT_RETENTION", "90d", "how long suppression rows are kept, as a Go duration or days (90d); 0 keeps them forever", false, func(v string) error {
 			d, err := gate.ParseDuration(v)

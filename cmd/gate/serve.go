@@ -24,6 +24,7 @@ import (
 	"github.com/antifatigue/gate/internal/nacosrules"
 	"github.com/antifatigue/gate/internal/natsbus"
 	"github.com/antifatigue/gate/internal/pipeline"
+	"github.com/antifatigue/gate/internal/preview"
 	"github.com/antifatigue/gate/internal/redisstore"
 	"github.com/antifatigue/gate/internal/rules"
 	"github.com/nats-io/nats.go"
@@ -161,6 +162,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	}
 	srv := newHTTPServer(httpapi.NewServer(httpapi.Options{
 		Rules: live, Reports: audit, Token: c.APIToken, AllowedHosts: c.HTTPAllowedHosts, Metrics: m, Log: log,
+		Preview: preview.New(audit, preview.Options{MaxDecisions: int64(c.PreviewMax)}),
 		Checks: scrub.checks(map[string]httpapi.Check{
 			"nats":         bus.Ping,
 			"window_store": store.Ping,
