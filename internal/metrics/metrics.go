@@ -40,6 +40,10 @@ type Metrics struct {
 	RulesInfo       *prometheus.GaugeVec     // version, source = 1
 	DependencyUp    *prometheus.GaugeVec     // dependency
 	HTTPRequests    *prometheus.CounterVec   // route, code
+	// Checks counts synchronous checks (POST /v1/check, gate.check) by
+	// decision (forward|suppress|drop|defer|digest, or invalid|error when
+	// not answered) and dry_run.
+	Checks *prometheus.CounterVec
 }
 
 // New registers the gate's collectors, plus the Go and process collectors,
@@ -115,5 +119,9 @@ func New(reg *prometheus.Registry) *Metrics {
 		m.Recovered, m.Redeliveries, m.Parked, m.Panicked, m.ConsumerPending, m.ConsumerAckPend, m.RulesReloads, m.RulesReloadErrs,
 		m.RulesInfo, m.DependencyUp, m.HTTPRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.Checks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gate_checks_total", Help: "Synchronous checks (POST /v1/check, gate.check), by decision (forward, suppress, drop, defer, digest; invalid for a bad body, error when a store did not answer) and dry_run.",
+	}, []string{"decision", "dry_run"})
+	reg.MustRegister(m.Checks)
 	return m
 }
