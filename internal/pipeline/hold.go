@@ -8,11 +8,12 @@ import (
 )
 
 // plan works out what deciding each message of this batch takes, on the
-// rules in force and the gate's clock (quiet hours).
-func (p *Pipeline) plan(rules *gate.RuleSet, items []item, now time.Time) {
+// rules in force, its recipient's preferences (prefs, by recipient) and
+// the gate's clock (preferences' mutes, quiet hours).
+func (p *Pipeline) plan(rules *gate.RuleSet, items []item, prefs map[string]*gate.Preferences, now time.Time) {
 	for i := range items {
 		if it := &items[i]; it.undecided() {
-			it.plan = gate.PlanMessage(rules, it.msg, now)
+			it.plan = gate.PlanWithPreferences(rules, it.msg, prefs[it.msg.Recipient()], now)
 		}
 	}
 }

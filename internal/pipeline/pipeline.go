@@ -23,9 +23,13 @@ type Options struct {
 	// Holds keeps held messages (on_exceed defer or digest, quiet hours
 	// with action defer). Optional: without it, such messages are
 	// suppressed instead, and New logs so.
-	Holds   gate.HoldStore
-	Metrics *metrics.Metrics // optional
-	Log     *slog.Logger     // optional
+	Holds gate.HoldStore
+	// Preferences are the recipients' preferences (muted scenes,
+	// digest_only), looked up once per batch; a cache in front of the
+	// audit store. Optional: without it no preferences apply.
+	Preferences gate.PreferenceStore
+	Metrics     *metrics.Metrics // optional
+	Log         *slog.Logger     // optional
 	// MaxMessageBytes bounds an envelope; 0 means gate.DefaultMaxMessageBytes.
 	MaxMessageBytes int
 	// Now is the clock for messages no window store decides (unknown scenes,
@@ -61,6 +65,8 @@ type Pipeline struct {
 	// that hold messages in it: until they commit, the hold store does not
 	// know them, and a later message of the queue must not overtake them.
 	held map[gate.Queue]int
+	// prefsLogged is when a failed preference lookup was last logged.
+	prefsLogged time.Time
 }
 
 // New checks the options and returns a pipeline.
@@ -169,7 +175,7 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 
 	rules := p.o.Rules.Current()
 	now := p.o.Now()
-	p.plan(rules, items, now)
+	p.plan(rules, items, p.preferences(ctx, items), now)
 	if err := p.holdBehind(ctx, items, now); err != nil {
 		errs := p.failAll(items, "audit", "waiting", err)
 		return func() []error { return errs }
