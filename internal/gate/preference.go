@@ -88,8 +88,12 @@ func (p *Preferences) Check() error {
 			return fmt.Errorf("%w: %s names %d scenes, over the limit of %d", ErrBadRequest, l.field, len(*l.scenes), MaxPreferenceScenes)
 		}
 		for i, s := range *l.scenes {
-			if s == MuteAll && l.all {
-				continue
+			if s == MuteAll {
+				if l.all {
+					continue
+				}
+				// Were it a scene's name, a reader would take it for all.
+				return fmt.Errorf("%w: %s[%d]: %q mutes every scene in muted_scenes, and means nothing in %s", ErrBadRequest, l.field, i, MuteAll, l.field)
 			}
 			if err := CheckName(fmt.Sprintf("%s[%d]", l.field, i), s, MaxSceneBytes); err != nil {
 				return fmt.Errorf("%w: %s", ErrBadRequest, InvalidReason(err))

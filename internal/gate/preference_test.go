@@ -64,7 +64,8 @@ func TestPreferencesCheck(t *testing.T) {
 		{"long id", Preferences{Recipient: "open_id:" + strings.Repeat("x", MaxReceiveIDBytes+1)}, "over the limit"},
 		{"too many", Preferences{Recipient: "open_id:a", MutedScenes: many}, "over the limit of"},
 		{"empty scene", Preferences{Recipient: "open_id:a", DigestScenes: []string{" "}}, "digest_only[0]"},
-		{"star in digest", Preferences{Recipient: "open_id:a", DigestScenes: []string{"*", "\u202e"}}, "digest_only[1]"},
+		{"star in digest", Preferences{Recipient: "open_id:a", DigestScenes: []string{"*"}}, "digest_only[0]"},
+		{"bidi", Preferences{Recipient: "open_id:a", MutedScenes: []string{"*", "\u202e"}}, "muted_scenes[1]"},
 		{"long scene", Preferences{Recipient: "open_id:a", MutedScenes: []string{strings.Repeat("s", MaxSceneBytes+1)}}, "muted_scenes[0]"},
 		{"year", Preferences{Recipient: "open_id:a", MutedUntil: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, "muted_until"},
 	}
