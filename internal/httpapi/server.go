@@ -58,6 +58,8 @@ type Options struct {
 	ExportPageTimeout time.Duration
 	Metrics           *metrics.Metrics
 	Log               *slog.Logger
+	// Checker serves POST /v1/check; nil answers it 404.
+	Checker Checker
 	// Preview serves POST /v1/rules/preview; nil answers it 404.
 	Preview gate.Previewer
 }
@@ -107,6 +109,8 @@ func NewServer(o Options) http.Handler {
 			handle("GET "+path, s.auth(s.errors(h)))
 		}
 	}
+	handle("POST /v1/check", s.auth(http.HandlerFunc(s.check)))
+	handle("/v1/check", s.auth(http.HandlerFunc(notPost)))
 	handle("/v1/rules/preview", s.auth(s.errors(s.preview)))
 	// Every other /v1/ request: 405 on a known path, 404 elsewhere, both
 	// with the JSON error body of the API.

@@ -1,0 +1,48 @@
+package httpapi
+
+import (
+	"context"
+	"io"
+	"net/http"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+// Checker answers a synchronous check from its JSON body (the pipeline's
+// Checker). Its errors are an *gate.InvalidError for a body that is not a
+// valid check, or wrap gate.ErrUnavailable when a store did not answer.
+type Checker interface {
+	Check(ctx context.Context, body []byte) (gate.CheckAnswer, error)
+}
+
+// check serves POST /v1/check: 200 with the answer, 400 for a body that is
+// not a valid check (too large included), 503 when a store did not answer
+// (ask again with the same id), 404 when the server has no Checker.
+func (s *server) check(w http.ResponseWriter, r *http.Request) {
+	if s.o.Checker == nil {
+		writeError(w, http.StatusNotFound, "no such endpoint: this server answers no checks")
+		return
+	}
+	// One byte over the bound is enough for the check to say it is over.
+	body, err := io.ReadAll(io.LimitReader(r.Body, gate.MaxCheckBytes+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		return
+	}
+	a, err := s.o.Checker.Check(r.Context(), body)
+	if err != nil {
+		code, msg := gate.CheckFailure(err)
+		if code >= http.StatusInternalServerError {
+			s.o.Log.Warn("check failed", "status", code, "err", err)
+		}
+		writeError(w, code, msg)
+		return
+	}
+	writeJSON(w, http.StatusOK, a)
+}
+
+// notPost answers every method but POST on a POST-only path.
+func notPost(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", "POST")
+	writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+": use POST")
+}
