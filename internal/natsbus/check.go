@@ -1,0 +1,120 @@
+package natsbus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+// Defaults of CheckOptions.
+const (
+	DefaultCheckSubject = "gate.check"
+	DefaultCheckQueue   = "gate"
+	// DefaultCheckInFlight bounds the checks one gate answers at once.
+	DefaultCheckInFlight = 64
+	// DefaultCheckTimeout bounds one check: a requester has given up long
+	// before.
+	DefaultCheckTimeout = 10 * time.Second
+)
+
+// CheckOptions configure ServeChecks; zero values take the defaults above.
+type CheckOptions struct {
+	Subject  string
+	Queue    string
+	InFlight int
+	Timeout  time.Duration
+}
+
+// CheckFunc answers a check from its JSON body (the pipeline's Checker).
+type CheckFunc func(ctx context.Context, body []byte) (gate.CheckAnswer, error)
+
+// checkError is the reply of a check that failed: the {"error": …} body of
+// POST /v1/check, with the HTTP status it would have had.
+type checkError struct {
+	Error  string `json:"error"`
+	Status int    `json:"status"`
+}
+
+// ServeChecks answers core NATS requests on the check subject until ctx
+// ends, then drains the subscription and waits for the checks in hand. It
+// subscribes in a queue group, so every gate of a deployment shares the
+// subject and each request is answered once. Every request with a reply
+// subject gets one reply: the answer, or {"error": …, "status": …} (400,
+// 503 or 500, as POST /v1/check). A request without a reply subject is not
+// decided: nobody would read the answer, and a check that is not read must
+// not take a slot.
+func (b *Bus) ServeChecks(ctx context.Context, check CheckFunc, o CheckOptions) error {
+	if o.Subject == "" {
+		o.Subject = DefaultCheckSubject
+	}
+	if o.Queue == "" {
+		o.Queue = DefaultCheckQueue
+	}
+	if o.InFlight <= 0 {
+		o.InFlight = DefaultCheckInFlight
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultCheckTimeout
+	}
+	slots := make(chan struct{}, o.InFlight)
+	var wg sync.WaitGroup
+	// The handler runs on the subscription's own goroutine: it hands each
+	// check over once a slot is free, so a gate answering its share slowly
+	// lets requests queue in the client, within NATS's pending limits.
+	sub, err := b.nc.QueueSubscribe(o.Subject, o.Queue, func(m *nats.Msg) {
+		if m.Reply == "" {
+			b.log.Debug("check without a reply subject ignored", "subject", m.Subject)
+			return
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			b.answerCheck(check, m, o.Timeout)
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to %s: %w", o.Subject, err)
+	}
+	<-ctx.Done()
+	if err := sub.Drain(); err != nil {
+		b.log.Warn("draining the check subscription", "err", err)
+	}
+	// Drain returns at once; the handler may still hand checks over until
+	// the subscription is closed.
+	for deadline := time.Now().Add(o.Timeout); sub.IsValid() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	wg.Wait()
+	return nil
+}
+
+// answerCheck answers one check request.
+func (b *Bus) answerCheck(check CheckFunc, m *nats.Msg, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var reply any
+	a, err := check(ctx, m.Data)
+	if err != nil {
+		status, msg := gate.CheckFailure(err)
+		if status >= 500 {
+			b.log.Warn("check failed", "subject", m.Subject, "status", status, "err", err)
+		}
+		reply = checkError{Error: msg, Status: status}
+	} else {
+		reply = a
+	}
+	data, err := json.Marshal(reply)
+	if err != nil {
+		b.log.Error("encoding a check's reply", "err", err)
+		data = []byte(`{"error":"internal error","status":500}`)
+	}
+	if err := m.Respond(data); err != nil {
+		b.log.Warn("replying to a check", "err", err)
+	}
+}

@@ -1,0 +1,149 @@
+package natsbus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+// serveChecks runs ServeChecks on b until the test ends, and checks that it
+// returns nil then.
+func serveChecks(t *testing.T, b *Bus, check CheckFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		done <- b.ServeChecks(ctx, func(ctx context.Context, body []byte) (gate.CheckAnswer, error) {
+			return check(ctx, body)
+		}, CheckOptions{})
+	}()
+	// The subscription is in place once a request is answered.
+	go func() {
+		defer close(ready)
+		for {
+			if _, err := b.nc.Request(DefaultCheckSubject, []byte(`ping`), time.Second); err == nil || ctx.Err() != nil {
+				return
+			}
+		}
+	}()
+	<-ready
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ServeChecks: %v", err)
+		}
+	})
+}
+
+// request sends body on gate.check and decodes the reply.
+func request(t *testing.T, b *Bus, body string) (gate.CheckAnswer, checkError) {
+	t.Helper()
+	msg, err := b.nc.Request(DefaultCheckSubject, []byte(body), 5*time.Second)
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	var a gate.CheckAnswer
+	var e checkError
+	if err := json.Unmarshal(msg.Data, &e); err != nil {
+		t.Fatalf("reply %s: %v", msg.Data, err)
+	}
+	if e.Error == "" {
+		if err := json.Unmarshal(msg.Data, &a); err != nil {
+			t.Fatalf("reply %s: %v", msg.Data, err)
+		}
+	}
+	return a, e
+}
+
+func TestServeChecksAnswers(t *testing.T) {
+	b := newBus(t.Context(), t)
+	serveChecks(t, b, func(_ context.Context, body []byte) (gate.CheckAnswer, error) {
+		switch string(body) {
+		case "down":
+			return gate.CheckAnswer{}, fmt.Errorf("redis at 10.0.0.1: %w", gate.ErrUnavailable)
+		case "bug":
+			return gate.CheckAnswer{}, errors.New("nil map")
+		}
+		req, err := gate.ParseCheck(body, 0)
+		if err != nil {
+			return gate.CheckAnswer{}, err
+		}
+		return gate.CheckAnswer{Decision: gate.OutcomeForward, Admitted: true, RulesVersion: req.Message.ID}, nil
+	})
+	a, e := request(t, b, `{"id":"c1","scene":"s","receive_id":"u"}`)
+	if e.Error != "" || a.Decision != gate.OutcomeForward || !a.Admitted || a.RulesVersion != "c1" {
+		t.Errorf("got %+v %+v, want the answer to c1", a, e)
+	}
+	for body, want := range map[string]int{`{"id":1}`: 400, `down`: 503, `bug`: 500} {
+		_, e := request(t, b, body)
+		if e.Status != want || e.Error == "" {
+			t.Errorf("%s: got %+v, want status %d with an error", body, e, want)
+		}
+		if body != `{"id":1}` && (e.Error == "nil map" || len(e.Error) == 0) {
+			t.Errorf("%s: got %q", body, e.Error)
+		}
+	}
+}
+
+// TestServeChecksQueueGroup: two gates share gate.check; each request is
+// answered once, by one of them.
+func TestServeChecksQueueGroup(t *testing.T) {
+	b1 := newBus(t.Context(), t)
+	b2 := newBusOn(t, connect(t, b1.nc))
+	var calls atomic.Int64
+	var mu sync.Mutex
+	by := map[string]int{}
+	count := func(who string) CheckFunc {
+		return func(context.Context, []byte) (gate.CheckAnswer, error) {
+			calls.Add(1)
+			mu.Lock()
+			by[who]++
+			mu.Unlock()
+			return gate.CheckAnswer{Decision: gate.OutcomeDrop}, nil
+		}
+	}
+	serveChecks(t, b1, count("one"))
+	serveChecks(t, b2, count("two"))
+	calls.Store(0) // the pings that waited for the subscriptions
+	const n = 50
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if a, e := request(t, b1, `{}`); a.Decision != gate.OutcomeDrop {
+				t.Errorf("got %+v %+v", a, e)
+			}
+		})
+	}
+	wg.Wait()
+	if got := calls.Load(); got != n {
+		t.Errorf("%d requests answered by %d calls, want one call each", n, got)
+	}
+}
+
+// TestServeChecksIgnoresNoReply: a check nobody reads is not decided.
+func TestServeChecksIgnoresNoReply(t *testing.T) {
+	b := newBus(t.Context(), t)
+	var calls atomic.Int64
+	serveChecks(t, b, func(context.Context, []byte) (gate.CheckAnswer, error) {
+		calls.Add(1)
+		return gate.CheckAnswer{}, nil
+	})
+	calls.Store(0)
+	if err := b.nc.Publish(DefaultCheckSubject, []byte(`{"id":"c"}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Handled in order on the subscription: once this one is answered, the
+	// publish before it was seen.
+	request(t, b, `{"id":"d"}`)
+	if got := calls.Load(); got != 1 {
+		t.Errorf("%d checks decided, want 1 (the request with a reply subject)", got)
+	}
+}
