@@ -68,8 +68,9 @@ func ParseCheck(data []byte, maxBytes int) (CheckRequest, error) {
 
 // CheckLimit is the limit a check answer names: the one that refused it, or
 // for an admitted check the one with the fewest slots left. Exactly one of
-// Window, Calendar and Rate is set, except for quiet hours (Scope
-// ScopeQuietHours), which set none and have Max 0.
+// Window, Calendar and Rate is set, except for quiet hours and the
+// recipient's preferences (Scope ScopeQuietHours, ScopePreference), which
+// set none and have Max 0.
 type CheckLimit struct {
 	Scope    Scope     `json:"scope"`
 	Window   *Duration `json:"window,omitempty"`
@@ -104,7 +105,8 @@ type CheckAnswer struct {
 	// answer read back from the ledger of a message decided on gate.in.
 	RulesVersion string `json:"rules_version"`
 	// Reason is why the decision is not a plain forward: limit,
-	// unknown_scene, quiet_hours, queued, store_error; "" otherwise.
+	// unknown_scene, quiet_hours, queued, preference, store_error; ""
+	// otherwise.
 	Reason string `json:"reason,omitempty"`
 	// Duplicate is set when the id was decided before: this is the first
 	// answer (or the outcome of the message decided under that id), and
@@ -152,7 +154,7 @@ func AnswerOf(d Decision, res AdmitResult, rulesVersion string) CheckAnswer {
 func limitOf(e Exceeded) *CheckLimit {
 	l := &CheckLimit{Scope: e.Scope, Calendar: e.Limit.Calendar, Max: e.Limit.Max}
 	switch {
-	case e.Scope == ScopeQuietHours, e.Limit.Calendar != "":
+	case e.Limit == (Limit{}), e.Limit.Calendar != "": // quiet hours, a preference; a calendar
 	case e.Limit.Rate > 0:
 		r := Duration(e.Limit.Rate)
 		l.Rate = &r

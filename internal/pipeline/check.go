@@ -23,9 +23,13 @@ type CheckOptions struct {
 	// queue it would join: with messages held there already, a message sent
 	// now would overtake them, so the check answers defer (or digest) with
 	// reason queued, as the pipeline decides such a message.
-	Holds   gate.HoldStore
-	Metrics *metrics.Metrics // optional
-	Log     *slog.Logger     // optional
+	Holds gate.HoldStore
+	// Preferences, when set, are the recipients' preferences (the cache
+	// the pipeline reads): a check of a muted scene is suppressed, one of a
+	// digest_only scene answers digest, as a message would be.
+	Preferences gate.PreferenceStore
+	Metrics     *metrics.Metrics // optional
+	Log         *slog.Logger     // optional
 	// MaxBytes bounds a check's body; 0 means gate.MaxCheckBytes.
 	MaxBytes int
 	// Now is the clock of quiet hours and of decisions no window store
@@ -85,7 +89,7 @@ func (c *Checker) Check(ctx context.Context, body []byte) (a gate.CheckAnswer, e
 	}
 	rules := c.o.Rules.Current()
 	now := c.o.Now()
-	plan := gate.PlanMessage(rules, m, now)
+	plan := gate.PlanWithPreferences(rules, m, c.preferences(ctx, m.Recipient()), now)
 	d, res, counted, err := c.decide(ctx, rules, plan, req.DryRun, now)
 	if err != nil {
 		return gate.CheckAnswer{}, err
@@ -226,6 +230,29 @@ func (c *Checker) queued(ctx context.Context, plan gate.Plan) (gate.HoldQueue, b
 		}
 	}
 	return gate.HoldQueue{}, false, nil
+}
+
+// preferences looks up the preferences of recipient, and fails open as the
+// pipeline does (preferences are a courtesy): should the lookup fail, the
+// check is decided without them, and the failure is counted and logged.
+func (c *Checker) preferences(ctx context.Context, recipient string) *gate.Preferences {
+	if c.o.Preferences == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, preferenceTimeout)
+	defer cancel()
+	done := startTimer(c.o.Metrics, "audit", "preferences")
+	found, err := c.o.Preferences.Preferences(ctx, []string{recipient})
+	done()
+	if err != nil {
+		countFailure(c.o.Metrics, "audit", "preferences")
+		c.o.Log.Warn("reading a recipient's preferences failed; the check is decided without them", "err", err)
+		return nil
+	}
+	if pr, ok := found[recipient]; ok {
+		return &pr
+	}
+	return nil
 }
 
 // failed counts a failed call and returns its error, wrapping

@@ -424,3 +424,43 @@ func TestCheckInvalidTouchesNothing(t *testing.T) {
 		t.Errorf("gate_checks_total{invalid}: got %v, want 4", v)
 	}
 }
+
+// checkPrefs holds the preferences of recipients, or fails.
+type checkPrefs struct {
+	gate.PreferenceStore
+	prefs map[string]gate.Preferences
+	fail  error
+}
+
+func (b checkPrefs) Preferences(_ context.Context, recipients []string) (map[string]gate.Preferences, error) {
+	if b.fail != nil {
+		return nil, b.fail
+	}
+	out := map[string]gate.Preferences{}
+	for _, r := range recipients {
+		if p, ok := b.prefs[r]; ok {
+			out[r] = p
+		}
+	}
+	return out, nil
+}
+
+func TestCheckHonoursPreferences(t *testing.T) {
+	f := newCheckFixture(t)
+	f.c.o.Preferences = checkPrefs{prefs: map[string]gate.Preferences{"open_id:u": {Recipient: "open_id:u", MutedScenes: []string{"s"}}}}
+	a := f.check(t, checkBody("c1", "s", ""))
+	if a.Decision != gate.OutcomeSuppress || a.Admitted || a.Reason != gate.ReasonPreference || a.Limit == nil || a.Limit.Scope != gate.ScopePreference {
+		t.Errorf("muted scene: got %+v, want suppress by preference", a)
+	}
+	if len(f.store.calls) != 0 {
+		t.Error("a muted check asked the window store")
+	}
+	if a := f.check(t, checkBody("c2", "s", `,"priority":"urgent"`)); a.Decision != gate.OutcomeForward || !a.Admitted {
+		t.Errorf("bypass priority: got %+v, want forward", a)
+	}
+	// A lookup that fails is decided without preferences.
+	f.c.o.Preferences = checkPrefs{fail: fmt.Errorf("pg: %w", gate.ErrUnavailable)}
+	if a := f.check(t, checkBody("c3", "s", "")); a.Decision != gate.OutcomeForward {
+		t.Errorf("preferences down: got %+v, want forward", a)
+	}
+}
