@@ -77,6 +77,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Timeseries":      Timeseries{},
 		"RecipientCount":  gate.RecipientCount{},
 		"TopRecipients":   TopRecipients{},
+		"Preferences":     gate.Preferences{},
 		"RuleStatus":      gate.RuleStatus{},
 		"RuleSet":         gate.RuleSet{},
 		"RulePreview":     gate.RulePreview{},
@@ -128,8 +129,8 @@ func TestOpenAPIPathsAreServed(t *testing.T) {
 	srv := newTestServer(t, &fakeStore{})
 	for path, ops := range doc.Paths {
 		for method := range ops {
-			if method != "get" && method != "post" {
-				t.Errorf("%s %s: the gate serves only GET and POST", method, path)
+			if !slices.Contains([]string{"get", "post", "put", "delete"}, method) {
+				t.Errorf("%s %s: the gate serves only GET, POST, PUT and DELETE", method, path)
 			}
 		}
 		if path == "/metrics" {

@@ -62,6 +62,9 @@ type Options struct {
 	Checker Checker
 	// Preview serves POST /v1/rules/preview; nil answers it 404.
 	Preview gate.Previewer
+	// Preferences serves GET, PUT and DELETE
+	// /v1/recipients/{recipient}/preferences; nil answers them 404.
+	Preferences gate.PreferenceStore
 }
 
 // defaultExportPageTimeout is ExportPageTimeout when unset.
@@ -112,6 +115,7 @@ func NewServer(o Options) http.Handler {
 	handle("POST /v1/check", s.auth(http.HandlerFunc(s.check)))
 	handle("/v1/check", s.auth(http.HandlerFunc(notPost)))
 	handle("/v1/rules/preview", s.auth(s.errors(s.preview)))
+	s.routePreferences(handle)
 	// Every other /v1/ request: 405 on a known path, 404 elsewhere, both
 	// with the JSON error body of the API.
 	handle("/v1/", s.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
