@@ -2,6 +2,7 @@
 #   make run    the gate on its embedded defaults: nothing to install
 #   make test   starts the real services the tests need, then runs every test
 #   make bench  throughput against the machine's ceilings, and Go benchmarks
+#   make bench-check  latency of the check API
 #   make lint   go vet + staticcheck
 
 GO        ?= go
@@ -10,7 +11,7 @@ PKGS      := ./...
 # go test -race needs cgo; the gate binary itself is built without it.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-unit services bench bench-nacos lint fuzz clean
+.PHONY: all build run test test-unit services bench bench-check bench-nacos lint fuzz clean
 
 all: build
 
@@ -58,6 +59,16 @@ bench: build
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nats-server github.com/nats-io/nats-server/v2; \
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 $(BENCH_PKGS); \
 	$(GO) run ./cmd/gatebench -gate-bin $(BIN) -nats-bin bin/nats-server
+
+# Latency of the check API (POST /v1/check and gate.check) on Redis and
+# PostgreSQL, at 1,000 checks/s and at the highest rate the gate sustains
+# (README "Ask the gate"). About a minute per transport.
+bench-check: build
+	@set -e; env_file=$$(mktemp); trap 'rm -f $$env_file' EXIT; \
+	bash scripts/services.sh > $$env_file; \
+	set -a; . $$env_file; set +a; \
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nats-server github.com/nats-io/nats-server/v2; \
+	$(GO) run ./cmd/gatebench -check -gate-bin $(BIN) -nats-bin bin/nats-server
 
 lint:
 	$(GO) vet $(PKGS)

@@ -43,6 +43,7 @@ type config struct {
 	gateEnv                              []string
 	keep                                 bool
 	headers                              bool // publish with the header fast path's headers
+	check                                bool // measure the check API instead (check.go)
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
@@ -84,6 +85,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.Float64Var(&c.secondRate, "second-rate", envFloat("GATE_BENCH_SECOND_RATE", 0), "the rate of the second phase, in messages per second; 0 means half the rate of the first (GATE_BENCH_SECOND_RATE). A fixed rate compares two gates at equal load")
 	fs.BoolVar(&c.headers, "headers", getenv("GATE_BENCH_HEADERS") == "1", "publish each envelope with the headers Nats-Msg-Id, Gate-Scene, Gate-Recipient, Gate-Priority, so the gate decides without decoding the body; by default bodies go alone, as the contract's producers send them (GATE_BENCH_HEADERS=1)")
 	fs.BoolVar(&c.keep, "keep", getenv("GATE_BENCH_KEEP") != "", "keep each run's folder: the logs of the gate and nats-server, and the stream store (GATE_BENCH_KEEP)")
+	fs.BoolVar(&c.check, "check", false, "measure the latency of POST /v1/check and gate.check instead, at 1,000 checks/s and at the highest rate sustained (make bench-check)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -129,6 +131,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if err != nil {
 		return err
+	}
+	if c.check {
+		return runCheckBench(ctx, c, stdout, stderr)
 	}
 	rdb, err := newRedis(c.redisURL)
 	if err != nil {
