@@ -38,9 +38,19 @@ type Store struct {
 	now        func() time.Time
 	sweepEvery int64 // ms
 
-	mu        sync.Mutex
-	windows   map[windowKey]*window
+	mu      sync.Mutex
+	windows map[windowKey]*window
+	// rates holds the GCRA state of rate limits, by the key of the window
+	// they belong to: a scene's, or the recipient's caps.
+	rates     map[windowKey]*rateState
 	nextSweep int64 // ms
+}
+
+// rateState is a rate limit's theoretical arrival time: the store time at
+// which every slot of its burst is free again.
+type rateState struct {
+	tat     int64 // ms
+	expires int64 // ms; tat plus the margin
 }
 
 var _ gate.WindowStore = (*Store)(nil)
@@ -80,6 +90,7 @@ func New(opts Options) *Store {
 		now:        opts.Now,
 		sweepEvery: opts.SweepEvery.Milliseconds(),
 		windows:    make(map[windowKey]*window),
+		rates:      make(map[windowKey]*rateState),
 	}
 }
 
@@ -120,31 +131,61 @@ func keysOf(r *gate.AdmitRequest) (scene, caps windowKey) {
 	return windowKey{recipient: r.Recipient, scene: r.Scene}, windowKey{recipient: r.Recipient, capWindow: true}
 }
 
-// Forget takes reqs' ids out of their scene and cap windows; see
-// gate.WindowStore.
+// Forget takes reqs' ids out of their scene and cap windows, and gives
+// back the slot their admission took from the rate limits of reqs' Limits
+// and Caps (one emission interval off each theoretical arrival time) when
+// the scene window still held the id; see gate.WindowStore.
 func (s *Store) Forget(ctx context.Context, reqs []gate.AdmitRequest) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("forget: %w: %w", gate.ErrUnavailable, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now().UnixMilli()
 	for i := range reqs {
-		sk, ck := keysOf(&reqs[i])
+		r := &reqs[i]
+		sk, ck := keysOf(r)
+		counted := false
 		for _, k := range []windowKey{sk, ck} {
 			w := s.windows[k]
 			if w == nil {
 				continue
 			}
-			w.entries = slices.DeleteFunc(w.entries, func(e entry) bool { return e.id == reqs[i].ID })
+			n := len(w.entries)
+			w.entries = slices.DeleteFunc(w.entries, func(e entry) bool { return e.id == r.ID })
+			counted = counted || (k == sk && len(w.entries) < n)
 			if len(w.entries) == 0 {
 				delete(s.windows, k)
 			}
 		}
+		if !counted {
+			continue
+		}
+		s.giveBack(sk, r.Limits, now)
+		s.giveBack(ck, r.Caps, now)
 	}
 	return nil
 }
 
+// giveBack takes one emission interval off the theoretical arrival time of
+// the rate limit among limits, kept under k.
+func (s *Store) giveBack(k windowKey, limits []gate.Limit, now int64) {
+	l, i := gate.RateLimit(limits)
+	st := s.rates[k]
+	if i < 0 || st == nil {
+		return
+	}
+	st.tat -= l.RateMillis()
+	if st.tat <= now {
+		delete(s.rates, k)
+		return
+	}
+	st.expires = st.tat + expiryMargin
+}
+
 // admit decides one request at now (ms), step for step like admit.lua.
+// A dry run decides alike and changes nothing but the dropping of expired
+// members, which a real decision would also drop.
 func (s *Store) admit(now int64, r *gate.AdmitRequest) gate.AdmitResult {
 	res := gate.AdmitResult{Now: time.UnixMilli(now).UTC()}
 	if len(r.Limits)+len(r.Caps) == 0 {
@@ -170,22 +211,55 @@ func (s *Store) admit(now int64, r *gate.AdmitRequest) gate.AdmitResult {
 		res.Admitted, res.Duplicate = true, true
 		return res
 	}
-	if !r.Force {
-		var v verdict
-		v.check(scene, now, r.Zone, gate.ScopeScene, r.Limits)
-		v.check(caps, now, r.Zone, gate.ScopeRecipient, r.Caps)
-		if v.exceeded != nil {
-			res.Exceeded = v.exceeded
-			res.NextAllowedAt = time.UnixMilli(v.reopen).UTC()
-			return res
-		}
+	sTAT, cTAT := s.tat(sk, now), s.tat(ck, now)
+	var v verdict
+	v.check(scene, sTAT, now, r.Zone, gate.ScopeScene, r.Limits)
+	v.check(caps, cTAT, now, r.Zone, gate.ScopeRecipient, r.Caps)
+	if v.exceeded != nil && !r.Force {
+		res.Exceeded = v.exceeded
+		res.NextAllowedAt = time.UnixMilli(v.reopen).UTC()
+		return res
 	}
-	res.Admitted = true
+	res.Admitted, res.Tightest = true, v.tightest
+	if r.DryRun {
+		return res
+	}
 	s.record(sk, scene, entry{now, r.ID}, sMax, sUntil+expiryMargin)
-	if len(r.Caps) > 0 {
+	if counted(r.Caps) {
 		s.record(ck, caps, entry{now, r.ID}, cMax, cUntil+expiryMargin)
 	}
+	s.advance(sk, sTAT, now, r.Limits)
+	s.advance(ck, cTAT, now, r.Caps)
 	return res
+}
+
+// counted reports whether limits count in a window (of members) rather
+// than at a rate only: a cap window is kept only for those.
+func counted(limits []gate.Limit) bool {
+	return slices.ContainsFunc(limits, func(l gate.Limit) bool { return l.Rate == 0 })
+}
+
+// tat returns the theoretical arrival time kept under k, or now when there
+// is none or it has passed: the GCRA's max(TAT, now).
+func (s *Store) tat(k windowKey, now int64) int64 {
+	if st := s.rates[k]; st != nil && st.tat > now {
+		return st.tat
+	}
+	return now
+}
+
+// advance records an admission in the rate limit among limits, whose TAT
+// at now is tat: one interval later, but never more than a burst ahead of
+// now, so that forced admissions hold the limit shut for one interval at
+// most, as a window keeps no more members than its largest max.
+func (s *Store) advance(k windowKey, tat, now int64, limits []gate.Limit) {
+	l, i := gate.RateLimit(limits)
+	if i < 0 {
+		return
+	}
+	every := l.RateMillis()
+	next := min(tat+every, now+int64(l.Max)*every)
+	s.rates[k] = &rateState{tat: next, expires: next + expiryMargin}
 }
 
 // live returns the window of k with the members admitted before from (ms)
@@ -240,24 +314,42 @@ func (w *window) count(from int64) int {
 	return len(w.entries) - i
 }
 
-// verdict collects the exceeded limit that reopens last.
+// verdict collects the exceeded limit that reopens last, and the limit
+// with the fewest slots left once the message is admitted.
 type verdict struct {
 	exceeded *gate.Exceeded
 	reopen   int64 // ms
+	tightest *gate.Exceeded
 }
 
-func (v *verdict) check(w *window, now int64, zone *time.Location, scope gate.Scope, limits []gate.Limit) {
+// check counts each of limits: a window's (or period's) members in w, a
+// rate limit's slots in use at its theoretical arrival time tat.
+func (v *verdict) check(w *window, tat, now int64, zone *time.Location, scope gate.Scope, limits []gate.Limit) {
 	for _, l := range limits {
-		from, end := bound(l, now, zone)
-		c := w.count(from)
+		var c int
+		var reopen int64
+		if l.Rate != 0 {
+			// Slots in use: the intervals between now and the TAT, rounded
+			// up. The GCRA admits while fewer than the burst are, and
+			// reopens when the TAT is (burst - 1) intervals away.
+			every := l.RateMillis()
+			c = int((tat - now + every - 1) / every)
+			reopen = tat - int64(l.Max-1)*every
+		} else {
+			from, end := bound(l, now, zone)
+			c = w.count(from)
+			// A rolling window reopens when the Max-th newest member leaves
+			// it; a calendar limit when its period ends.
+			reopen = end
+			if l.Calendar == "" && c >= l.Max {
+				reopen = w.entries[len(w.entries)-l.Max].at + l.WindowMillis()
+			}
+		}
+		if v.tightest == nil || l.Max-c-1 < v.tightest.Limit.Max-v.tightest.Count {
+			v.tightest = &gate.Exceeded{Scope: scope, Limit: l, Count: c + 1}
+		}
 		if c < l.Max {
 			continue
-		}
-		// A rolling window reopens when the Max-th newest member leaves it;
-		// a calendar limit when its period ends.
-		reopen := end
-		if l.Calendar == "" {
-			reopen = w.entries[len(w.entries)-l.Max].at + l.WindowMillis()
 		}
 		if v.exceeded == nil || reopen > v.reopen {
 			v.exceeded = &gate.Exceeded{Scope: scope, Limit: l, Count: c}
@@ -268,8 +360,13 @@ func (v *verdict) check(w *window, now int64, zone *time.Location, scope gate.Sc
 
 // bound returns the earliest admission time (ms) that l counts at now, and
 // how long that admission must be kept: to the end of l's window, or of its
-// calendar period in zone.
+// calendar period in zone. A rate limit counts no members, but the scene
+// window keeps the ids it admitted for burst intervals, to know them again.
 func bound(l gate.Limit, now int64, zone *time.Location) (from, until int64) {
+	if l.Rate != 0 {
+		keep := int64(l.Max) * l.RateMillis()
+		return now - keep + 1, now + keep
+	}
 	if l.Calendar == "" {
 		w := l.WindowMillis()
 		return now - w + 1, now + w
@@ -305,14 +402,19 @@ func (s *Store) sweep(now int64) {
 			delete(s.windows, k)
 		}
 	}
+	for k, st := range s.rates {
+		if now > st.expires {
+			delete(s.rates, k)
+		}
+	}
 }
 
-// Len returns how many windows the store holds, expired ones not yet swept
-// included: what its memory is proportional to.
+// Len returns how many windows and rate states the store holds, expired
+// ones not yet swept included: what its memory is proportional to.
 func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.windows)
+	return len(s.windows) + len(s.rates)
 }
 
 // Ping reports whether ctx is still live: the store itself is always up.

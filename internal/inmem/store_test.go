@@ -43,16 +43,22 @@ func (c *fakeClock) Set(t *testing.T, to time.Time) {
 	c.now = to
 }
 
-// count returns how many windows s holds for recipient.
-func (s *Store) count(recipient string) (windows int) {
+// count returns how many windows and rate states s holds for recipient:
+// what the Redis store holds as keys.
+func (s *Store) count(recipient string) (keys int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k := range s.windows {
 		if k.recipient == recipient {
-			windows++
+			keys++
 		}
 	}
-	return windows
+	for k := range s.rates {
+		if k.recipient == recipient {
+			keys++
+		}
+	}
+	return keys
 }
 
 // members returns the entries of one window: a scene's, or with scene "",

@@ -1,23 +1,37 @@
 -- admit.lua decides a run of messages in order, each one atomic check-and-record on the
 -- server's clock (one TIME per call: the run shares its millisecond).
 --
--- Per message, in order: two KEYS and its ARGV.
+-- Per message, in order: two to four KEYS and its ARGV.
 -- KEYS  scene window  <prefix>:{<recipient>}:s:<scene>  ZSET member=hash(id) score=ms
 --       cap window    <prefix>:{<recipient>}:c          ZSET member=hash(id) score=ms
+--       scene rate    <prefix>:{<recipient>}:g:<scene>  string: the GCRA's TAT (ms), only
+--                     when the scene has a rate limit
+--       cap rate      <prefix>:{<recipient>}:gc         the same, only when the caps have one
 -- ARGV  member, flags, #limits, #caps, then (window, max) pairs: limits, then caps,
---       then #periods triples (start_ms, end_ms, end2_ms)
--- flags is force (0|1) + 2 * #periods: a message with rolling limits only sends 0 or 1 and
--- no triples, and costs what it did before calendar limits. A rolling limit's window is
--- in ms; a calendar limit's is -k, naming triple k: two consecutive calendar periods
--- [start, end) and [end, end2) that the gate computed from its own clock, since Lua
--- knows no time zones. The script counts in whichever holds its own now.
+--       then #periods triples (start_ms, end_ms, end2_ms), then the emission interval (ms)
+--       of the scene's rate limit and of the caps', each only when there is one
+-- flags is force (0|1) + 2 * #periods + 8 * (scene rate) + 16 * (cap rate) + 32 * (dry run):
+-- a message with rolling limits only sends 0 or 1 and no triples, and costs what it did
+-- before calendar and rate limits. A rolling limit's window is in ms; a calendar limit's
+-- is -k, naming triple k: two consecutive calendar periods [start, end) and [end, end2)
+-- that the gate computed from its own clock, since Lua knows no time zones. The script
+-- counts in whichever holds its own now. A rate limit's window is 0 and its max the burst.
 --
--- Returns one reply per message: {now_ms, 1} admitted, {now_ms, 2} duplicate,
--- {now_ms, 0, scope (1 scene, 2 recipient), limit index (0-based), count, next_allowed_ms},
--- or {now_ms, 3} when now lies in neither period of a triple: the clocks of Redis and the
--- gate disagree by about a period, and nothing of the message was counted.
+-- A rate limit is a GCRA: with interval T, burst B and TAT = max(stored TAT, now), a
+-- message is admitted when TAT - now <= (B - 1) * T, and its admission sets the TAT to
+-- TAT + T (never past now + B * T: a forced admission holds the limit shut for one
+-- interval at most). A rejected message reopens at TAT - (B - 1) * T; its count is the
+-- slots in use, ceil((TAT - now) / T). The TAT key expires one second after the TAT.
 --
--- On Redis Cluster a call holds one message (its two keys share a slot); on one Redis it
+-- Returns one reply per message: {now_ms, 1, scope, limit index, count} admitted, naming
+-- the limit with the fewest slots left after it and its count with this message ({now_ms,
+-- 1} when nothing limits the message), {now_ms, 2} duplicate, {now_ms, 0, scope (1 scene,
+-- 2 recipient), limit index (0-based), count, next_allowed_ms}, or {now_ms, 3} when now
+-- lies in neither period of a triple: the clocks of Redis and the gate disagree by about a
+-- period, and nothing of the message was counted. A dry run decides alike and writes
+-- nothing.
+--
+-- On Redis Cluster a call holds one message (its keys share a slot); on one Redis it
 -- holds a run of them, which saves the per-call cost of EVALSHA and TIME.
 --
 -- Cost: each redis.call is most of what a decision costs, so the script makes
@@ -29,7 +43,9 @@
 -- (the largest max) pushes them out, or the key expires with them. They never
 -- count, since counts and the duplicate check look only at scores inside the
 -- windows and periods. A key lives one second past its longest window or the
--- end of its latest calendar period. A rejected message writes nothing.
+-- end of its latest calendar period (a rate limit keeps its scene's ids for burst
+-- intervals, to know them again). A rejected message writes nothing. A rate limit
+-- costs one GET and, when admitted, one SET.
 
 local READ = 16
 local time = redis.call('TIME')
@@ -37,18 +53,21 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
 -- span returns, over the n pairs from ARGV[at], the earliest score any of them counts, how
 -- long past now one of them still needs its members (ms), and the largest max. per holds
--- the message's calendar periods.
-local function span(at, n, per)
+-- the message's calendar periods, rt the set's rate limit.
+local function span(at, n, per, rt)
   local from, keep, k = now + 1, 0, 0
   for i = at, at + 2 * (n - 1), 2 do
-    local w = tonumber(ARGV[i])
-    if w < 0 then
+    local w, m = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+    if w == 0 then
+      local b = m * rt.every
+      from, keep = math.min(from, now - b + 1), math.max(keep, b)
+    elseif w < 0 then
       local p = per[-w]
       from, keep = math.min(from, p[1]), math.max(keep, p[2] - now)
     else
       from, keep = math.min(from, now - w + 1), math.max(keep, w)
     end
-    k = math.max(k, tonumber(ARGV[i + 1]))
+    k = math.max(k, m)
   end
   return from, keep, k
 end
@@ -74,24 +93,33 @@ local function window(key)
   return got, #got < 2 * READ
 end
 
--- decide decides the message whose keys are skey and ckey and whose ARGV starts at a,
--- with nb period triples.
-local function decide(skey, ckey, a, force, nb)
+-- decide decides the message whose KEYS start at ki and whose ARGV starts at a.
+local function decide(ki, a, flags)
+  local force = flags % 2 == 1
+  local nb = math.floor(flags / 2) % 4
+  local srate, crate = math.floor(flags / 8) % 2 == 1, math.floor(flags / 16) % 2 == 1
+  local dry = flags >= 32
   local id = ARGV[a]
   local ns, nc = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   if ns + nc == 0 then
     return {now, 1} -- nothing limits the message, so nothing is kept
   end
+  local skey, ckey = KEYS[ki], KEYS[ki + 1]
   local first, capfirst = a + 4, a + 4 + 2 * ns
   local per
   if nb > 0 then
     per = periods(capfirst + 2 * nc, nb)
     if per == nil then return {now, 3} end
   end
+  -- The rate limits' keys and intervals; their TATs are read once the id is known new.
+  local srt, crt
+  local rk, ri = ki + 2, capfirst + 2 * nc + 3 * nb
+  if srate then srt, rk, ri = {key = KEYS[rk], every = tonumber(ARGV[ri])}, rk + 1, ri + 1 end
+  if crate then crt = {key = KEYS[rk], every = tonumber(ARGV[ri])} end
 
   -- A scene without limits still keeps its ids (for duplicates) as long as the caps need them.
   local sfrom, skeep, sk
-  if ns > 0 then sfrom, skeep, sk = span(first, ns, per) else sfrom, skeep, sk = span(capfirst, nc, per) end
+  if ns > 0 then sfrom, skeep, sk = span(first, ns, per, srt) else sfrom, skeep, sk = span(capfirst, nc, per, crt) end
   local sgot, swhole = window(skey)
   local dup = nil
   for i = 1, #sgot, 2 do
@@ -102,50 +130,75 @@ local function decide(skey, ckey, a, force, nb)
     return {now, 2}
   end
 
+  if srt or crt then
+    for _, rt in ipairs({srt or false, crt or false}) do
+      if rt then
+        local v = redis.call('GET', rt.key)
+        rt.tat = now
+        if v then rt.tat = math.max(tonumber(v), now) end
+      end
+    end
+  end
+  -- The cap window is kept only for caps that count members (not a rate alone).
+  local cwin = nc - (crate and 1 or 0) > 0
   local ckeep, ck, cgot, cwhole = 0, 0, {}, true
-  if nc > 0 then
+  if cwin then
     local _
-    _, ckeep, ck = span(capfirst, nc, per)
-    if not force then cgot, cwhole = window(ckey) end
+    _, ckeep, ck = span(capfirst, nc, per, crt)
+    cgot, cwhole = window(ckey)
   end
 
-  if not force then
-    -- Check every limit; keep the one that reopens last.
-    local worst
-    local function check(key, got, whole, at, n, scope)
-      for j = 0, n - 1 do
-        local w, m = tonumber(ARGV[at + 2 * j]), tonumber(ARGV[at + 2 * j + 1])
-        -- A rolling limit counts the scores after now - w; a calendar limit those of its
-        -- period, and reopens when the period ends.
-        local from, reopen = now - w + 1, nil
+  -- Check every limit; keep the one that reopens last, and the one with the fewest
+  -- slots left after this message (tight: left, scope, index, count with it).
+  local worst, tight
+  local function check(key, got, whole, at, n, scope, rt)
+    for j = 0, n - 1 do
+      local w, m = tonumber(ARGV[at + 2 * j]), tonumber(ARGV[at + 2 * j + 1])
+      local c, reopen
+      if w == 0 then
+        -- A rate limit: the slots in use are the intervals up to the TAT; it admits
+        -- while fewer than the burst are, and reopens with TAT (burst - 1) intervals away.
+        rt.burst = m
+        c = math.ceil((rt.tat - now) / rt.every)
+        reopen = rt.tat - (m - 1) * rt.every
+      else
+        -- A rolling limit counts the scores after now - w; a calendar limit those of
+        -- its period, and reopens when the period ends.
+        local from
+        from = now - w + 1
         if w < 0 then from, reopen = per[-w][1], per[-w][2] end
-        local c = 0
+        c = 0
         while 2 * c < #got and tonumber(got[2 * c + 2]) >= from do c = c + 1 end
         if 2 * c == #got and not whole then
           c = redis.call('ZCOUNT', key, from, '+inf')
         end
-        if c >= m then
-          if reopen == nil then
-            -- The window reopens when the m-th newest member leaves it.
-            local at_m
-            if 2 * m <= #got then
-              at_m = got[2 * m]
-            else
-              at_m = redis.call('ZREVRANGE', key, m - 1, m - 1, 'WITHSCORES')[2]
-            end
-            reopen = tonumber(at_m) + w
+        if c >= m and reopen == nil then
+          -- The window reopens when the m-th newest member leaves it.
+          local at_m
+          if 2 * m <= #got then
+            at_m = got[2 * m]
+          else
+            at_m = redis.call('ZREVRANGE', key, m - 1, m - 1, 'WITHSCORES')[2]
           end
-          if worst == nil or reopen > worst[6] then
-            worst = {now, 0, scope, j, c, reopen}
-          end
+          reopen = tonumber(at_m) + w
         end
       end
+      if tight == nil or m - c - 1 < tight[1] then
+        tight = {m - c - 1, scope, j, c + 1}
+      end
+      if c >= m and (worst == nil or reopen > worst[6]) then
+        worst = {now, 0, scope, j, c, reopen}
+      end
     end
-    check(skey, sgot, swhole, first, ns, 1)
-    check(ckey, cgot, cwhole, capfirst, nc, 2)
-    if worst then
-      return worst
-    end
+  end
+  check(skey, sgot, swhole, first, ns, 1, srt)
+  check(ckey, cgot, cwhole, capfirst, nc, 2, crt)
+  if worst and not force then
+    return worst
+  end
+  local reply = {now, 1, tight[2], tight[3], tight[4]}
+  if dry then
+    return reply
   end
 
   -- Record; the trim to the newest K bounds memory even under forced admissions.
@@ -165,20 +218,29 @@ local function decide(skey, ckey, a, force, nb)
     if #victims > 0 then redis.call('ZREM', skey, unpack(victims)) end
   end
   redis.call('PEXPIRE', skey, skeep + margin)
-  if nc > 0 then
+  if cwin then
     local ccard = #cgot / 2 + redis.call('ZADD', ckey, now, id)
-    if ccard > ck or not cwhole or force then redis.call('ZREMRANGEBYRANK', ckey, 0, -(ck + 1)) end
+    if ccard > ck or not cwhole then redis.call('ZREMRANGEBYRANK', ckey, 0, -(ck + 1)) end
     redis.call('PEXPIRE', ckey, ckeep + margin)
   end
-  return {now, 1}
+  if srt or crt then
+    for _, rt in ipairs({srt or false, crt or false}) do
+      if rt then
+        local tat = math.min(rt.tat + rt.every, now + rt.burst * rt.every)
+        redis.call('SET', rt.key, tat, 'PX', tat - now + margin)
+      end
+    end
+  end
+  return reply
 end
 
-local out, a = {}, 1
-for m = 1, #KEYS / 2 do
+local out, a, ki = {}, 1, 1
+while ki <= #KEYS do
   local flags = tonumber(ARGV[a + 1])
-  local force = flags % 2
-  local nb = (flags - force) / 2
-  out[m] = decide(KEYS[2 * m - 1], KEYS[2 * m], a, force == 1, nb)
-  a = a + 4 + 2 * (tonumber(ARGV[a + 2]) + tonumber(ARGV[a + 3])) + 3 * nb
+  local nb = math.floor(flags / 2) % 4
+  local nr = math.floor(flags / 8) % 2 + math.floor(flags / 16) % 2
+  out[#out + 1] = decide(ki, a, flags)
+  a = a + 4 + 2 * (tonumber(ARGV[a + 2]) + tonumber(ARGV[a + 3])) + 3 * nb + nr
+  ki = ki + 2 + nr
 end
 return out

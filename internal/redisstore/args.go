@@ -23,13 +23,15 @@ type call struct {
 // arguments of the whole batch share one allocation each, and the gate's
 // clock is read only when a request has calendar limits.
 func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) (calls []call, now time.Time, err error) {
-	nargs, clock := 0, false
+	nargs, nkeys, clock := 0, 0, false
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
 			return nil, now, fmt.Errorf("admit: request %d (id %q): %w", i, reqs[i].ID, err)
 		}
 		_, nc := calendarsOf(&reqs[i])
-		nargs += 4 + 2*(len(reqs[i].Limits)+len(reqs[i].Caps)) + 3*nc
+		nr := ratesOf(&reqs[i])
+		nargs += 4 + 2*(len(reqs[i].Limits)+len(reqs[i].Caps)) + 3*nc + nr
+		nkeys += 2 + nr
 		clock = clock || nc > 0
 	}
 	if clock {
@@ -37,32 +39,74 @@ func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) (calls []call,
 	}
 	perCall = max(perCall, 1)
 	calls = make([]call, 0, (len(reqs)+perCall-1)/perCall)
-	keys := make([]string, 2*len(reqs))
+	keys := make([]string, 0, nkeys)
 	args := make([]any, 0, nargs)
 	for lo := 0; lo < len(reqs); lo += perCall {
 		hi := min(lo+perCall, len(reqs))
-		start := len(args)
+		start, kstart := len(args), len(keys)
 		for i := lo; i < hi; i++ {
-			r := &reqs[i]
-			escaped := escape(r.Recipient)
-			keys[2*i], keys[2*i+1] = s.sceneKey(escaped, r.Scene), s.capKey(escaped)
-			args = appendArgs(args, r, now)
+			keys = s.appendKeys(keys, &reqs[i])
+			args = appendArgs(args, &reqs[i], now)
 		}
-		calls = append(calls, call{lo: lo, hi: hi, keys: keys[2*lo : 2*hi : 2*hi], args: args[start:len(args):len(args)]})
+		calls = append(calls, call{lo: lo, hi: hi, keys: keys[kstart:len(keys):len(keys)], args: args[start:len(args):len(args)]})
 	}
 	return calls, now, nil
 }
 
+// appendKeys appends the KEYS of admit.lua for r: its scene window and cap
+// window, then the TAT keys of its rate limits, only when it has them.
+func (s *Store) appendKeys(keys []string, r *gate.AdmitRequest) []string {
+	escaped := escape(r.Recipient)
+	keys = append(keys, s.sceneKey(escaped, r.Scene), s.capKey(escaped))
+	if _, i := gate.RateLimit(r.Limits); i >= 0 {
+		keys = append(keys, s.sceneRateKey(escaped, r.Scene))
+	}
+	if _, i := gate.RateLimit(r.Caps); i >= 0 {
+		keys = append(keys, s.capRateKey(escaped))
+	}
+	return keys
+}
+
+// ratesOf counts r's rate limits: one for the scene, one for the caps, at
+// most (see gate.AdmitRequest.Validate).
+func ratesOf(r *gate.AdmitRequest) (n int) {
+	for _, set := range [2][]gate.Limit{r.Limits, r.Caps} {
+		if _, i := gate.RateLimit(set); i >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// Bits of admit.lua's flags above force (1) and the number of periods (2, 4).
+const (
+	flagSceneRate = 8
+	flagCapRate   = 16
+	flagDryRun    = 32
+)
+
 // appendArgs appends the ARGV of admit.lua: member, flags, #limits, #caps,
 // then (window, max) pairs, limits first, then a triple of period bounds
-// per calendar the limits name. now is the gate's clock, read when r has
-// calendar limits. A request without calendar limits sends what it sent
-// before they existed.
+// per calendar the limits name, then the emission intervals of the rate
+// limits. now is the gate's clock, read when r has calendar limits. A
+// request without calendar or rate limits, not a dry run, sends what it
+// sent before they existed.
 func appendArgs(args []any, r *gate.AdmitRequest, now time.Time) []any {
 	cals, nc := calendarsOf(r)
 	flags := 2 * nc
 	if r.Force {
 		flags++
+	}
+	srate, si := gate.RateLimit(r.Limits)
+	crate, ci := gate.RateLimit(r.Caps)
+	if si >= 0 {
+		flags += flagSceneRate
+	}
+	if ci >= 0 {
+		flags += flagCapRate
+	}
+	if r.DryRun {
+		flags += flagDryRun
 	}
 	args = append(args, member(r.ID), flags, len(r.Limits), len(r.Caps))
 	args = appendPairs(args, r.Limits, cals[:nc])
@@ -71,16 +115,26 @@ func appendArgs(args []any, r *gate.AdmitRequest, now time.Time) []any {
 		start, end, end2 := periods(c, now, r.Zone)
 		args = append(args, start, end, end2)
 	}
+	if si >= 0 {
+		args = append(args, srate.RateMillis())
+	}
+	if ci >= 0 {
+		args = append(args, crate.RateMillis())
+	}
 	return args
 }
 
 // appendPairs appends the (window, max) pairs of limits: a calendar limit's
-// window is -k, k naming its calendar's place in cals from 1.
+// window is -k, k naming its calendar's place in cals from 1; a rate
+// limit's is 0, its max the burst.
 func appendPairs(args []any, limits []gate.Limit, cals []gate.Calendar) []any {
 	for _, l := range limits {
-		if l.Calendar == "" {
+		switch {
+		case l.Rate != 0:
+			args = append(args, 0, l.Max)
+		case l.Calendar == "":
 			args = append(args, l.WindowMillis(), l.Max)
-		} else {
+		default:
 			args = append(args, -1-slices.Index(cals, l.Calendar), l.Max)
 		}
 	}

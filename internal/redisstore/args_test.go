@@ -52,6 +52,38 @@ func TestBuildCalls(t *testing.T) {
 	}
 }
 
+// A request with rate limits sends their TAT keys after its windows', their
+// intervals after its pairs, and the flags say so; a dry run sets its flag.
+func TestBuildCallsRate(t *testing.T) {
+	s, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}), Options{KeyPrefix: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := []gate.AdmitRequest{
+		{ID: "d", Recipient: "open_id:w", Scene: "v", DryRun: true,
+			Limits: []gate.Limit{{Window: time.Hour, Max: 1}, {Rate: 10 * time.Minute, Max: 3}},
+			Caps:   []gate.Limit{{Rate: 2 * time.Minute, Max: 10}}},
+		{ID: "e", Recipient: "open_id:w", Scene: "v", Force: true, Caps: []gate.Limit{{Rate: time.Second, Max: 1}}},
+		{ID: "c", Recipient: "open_id:z", Scene: "u", Limits: []gate.Limit{{Window: time.Second, Max: 2}}},
+	}
+	want := call{lo: 0, hi: 3,
+		keys: []string{"p:{open_id:w}:s:v", "p:{open_id:w}:c", "p:{open_id:w}:g:v", "p:{open_id:w}:gc",
+			"p:{open_id:w}:s:v", "p:{open_id:w}:c", "p:{open_id:w}:gc",
+			"p:{open_id:z}:s:u", "p:{open_id:z}:c"},
+		args: []any{
+			member("d"), flagDryRun + flagSceneRate + flagCapRate, 2, 1, int64(3600000), 1, 0, 3, 0, 10, int64(600000), int64(120000),
+			member("e"), 1 + flagCapRate, 0, 1, 0, 1, int64(1000),
+			member("c"), 0, 1, 0, int64(1000), 2,
+		}}
+	calls, _, err := s.buildCalls(reqs, perCallSingle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 1 || !equalCall(calls[0], want) {
+		t.Fatalf("calls = %#v, want %#v", calls, want)
+	}
+}
+
 func concat[T any](s ...[]T) []T {
 	var out []T
 	for _, x := range s {

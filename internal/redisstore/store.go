@@ -46,6 +46,9 @@ var admitSource string
 
 var admitScript = redis.NewScript(admitSource)
 
+//go:embed forget.lua
+var forgetSource string
+
 // Store is a gate.WindowStore over Redis. It is safe for concurrent use, and
 // any number of Stores (in any number of processes) may share one Redis.
 type Store struct {
@@ -127,6 +130,22 @@ func (s *Store) sceneKey(escaped, scene string) string {
 }
 
 func (s *Store) capKey(escaped string) string { return s.prefix + ":{" + escaped + "}:c" }
+
+// SceneRateKey returns the key of the theoretical arrival time of the
+// rate limit of (recipient, scene).
+func (s *Store) SceneRateKey(recipient, scene string) string {
+	return s.sceneRateKey(escape(recipient), scene)
+}
+
+// CapRateKey returns the key of the theoretical arrival time of the
+// recipient caps' rate limit.
+func (s *Store) CapRateKey(recipient string) string { return s.capRateKey(escape(recipient)) }
+
+func (s *Store) sceneRateKey(escaped, scene string) string {
+	return s.prefix + ":{" + escaped + "}:g:" + scene
+}
+
+func (s *Store) capRateKey(escaped string) string { return s.prefix + ":{" + escaped + "}:gc" }
 
 // escape keeps the first '}' after the prefix the end of the hash tag, and
 // the mapping from recipient to key one-to-one.
@@ -249,8 +268,15 @@ func decode(reply []any, req *gate.AdmitRequest, gateNow time.Time) (gate.AdmitR
 	}
 	res := gate.AdmitResult{Now: time.UnixMilli(n[0]).UTC()}
 	switch {
-	case n[1] == 1:
+	case n[1] == 1 && len(reply) == 2:
 		res.Admitted = true
+		return res, nil
+	case n[1] == 1 && len(reply) == 5:
+		tight, err := exceeded(reply, req, n[2], n[3], n[4])
+		if err != nil {
+			return gate.AdmitResult{}, err
+		}
+		res.Admitted, res.Tightest = true, tight
 		return res, nil
 	case n[1] == 2:
 		res.Admitted, res.Duplicate = true, true
@@ -261,21 +287,34 @@ func decode(reply []any, req *gate.AdmitRequest, gateNow time.Time) (gate.AdmitR
 	case n[1] != 0 || len(reply) != len(n):
 		return gate.AdmitResult{}, fmt.Errorf("script reply %v: unknown shape", reply)
 	}
-	scope, limits := gate.ScopeScene, req.Limits
-	if n[2] == 2 {
-		scope, limits = gate.ScopeRecipient, req.Caps
+	e, err := exceeded(reply, req, n[2], n[3], n[4])
+	if err != nil {
+		return gate.AdmitResult{}, err
 	}
-	if n[3] < 0 || n[3] >= int64(len(limits)) {
-		return gate.AdmitResult{}, fmt.Errorf("script reply %v: no %s limit %d", reply, scope, n[3])
-	}
-	res.Exceeded = &gate.Exceeded{Scope: scope, Limit: limits[n[3]], Count: int(n[4])}
-	res.NextAllowedAt = time.UnixMilli(n[5]).UTC()
+	res.Exceeded, res.NextAllowedAt = e, time.UnixMilli(n[5]).UTC()
 	return res, nil
 }
 
+// exceeded names the limit a reply points at: scope 1 (scene) or 2
+// (recipient), its index among req's limits or caps, and a count.
+func exceeded(reply []any, req *gate.AdmitRequest, scopeN, index, count int64) (*gate.Exceeded, error) {
+	scope, limits := gate.ScopeScene, req.Limits
+	if scopeN == 2 {
+		scope, limits = gate.ScopeRecipient, req.Caps
+	}
+	if index < 0 || index >= int64(len(limits)) {
+		return nil, fmt.Errorf("script reply %v: no %s limit %d", reply, scope, index)
+	}
+	return &gate.Exceeded{Scope: scope, Limit: limits[index], Count: int(count)}, nil
+}
+
 // Forget removes the members of reqs' ids from their scene and cap windows,
-// in one pipeline; see gate.WindowStore. The two keys of a request share
-// its recipient's hash slot, so this works on Redis Cluster too.
+// in one pipeline; see gate.WindowStore. A request with a rate limit runs
+// forget.lua instead, which also gives back the slot the admission took
+// from the rate limits, when the scene window still held the id. The keys
+// of a request share its recipient's hash slot, so this works on Redis
+// Cluster too. forget.lua is sent whole (EVAL): refunds are rare, and
+// NOSCRIPT handling would cost more code than the bytes it saves.
 func (s *Store) Forget(ctx context.Context, reqs []gate.AdmitRequest) error {
 	if len(reqs) == 0 {
 		return nil
@@ -286,8 +325,22 @@ func (s *Store) Forget(ctx context.Context, reqs []gate.AdmitRequest) error {
 	for i := range reqs {
 		r := &reqs[i]
 		escaped, m := escape(r.Recipient), member(r.ID)
-		pipe.ZRem(ctx, s.sceneKey(escaped, r.Scene), m)
-		pipe.ZRem(ctx, s.capKey(escaped), m)
+		srate, si := gate.RateLimit(r.Limits)
+		crate, ci := gate.RateLimit(r.Caps)
+		if si < 0 && ci < 0 {
+			pipe.ZRem(ctx, s.sceneKey(escaped, r.Scene), m)
+			pipe.ZRem(ctx, s.capKey(escaped), m)
+			continue
+		}
+		keys := append(make([]string, 0, 4), s.sceneKey(escaped, r.Scene), s.capKey(escaped))
+		var se, ce int64
+		if si >= 0 {
+			keys, se = append(keys, s.sceneRateKey(escaped, r.Scene)), srate.RateMillis()
+		}
+		if ci >= 0 {
+			keys, ce = append(keys, s.capRateKey(escaped)), crate.RateMillis()
+		}
+		pipe.Eval(ctx, forgetSource, keys, m, se, ce)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("forget %d ids: %w: %w", len(reqs), gate.ErrUnavailable, err)

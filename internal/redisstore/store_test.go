@@ -325,3 +325,63 @@ func TestMemoryPerWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryPerRate reports what a rate limit adds in Redis: its TAT key,
+// which lives one second past the TAT, beside the scene window that keeps
+// its ids; a message without one makes no such key.
+func TestMemoryPerRate(t *testing.T) {
+	raw := newClient(t)
+	s := newStore(t, raw, newPrefix(t, raw))
+	ctx := context.Background()
+	r := "open_id:ou_" + strings.Repeat("7", 32)
+	limits := []gate.Limit{{Window: 24 * time.Hour, Max: 3}, {Rate: 10 * time.Minute, Max: 3}}
+	reqs := make([]gate.AdmitRequest, 4)
+	for i := range reqs {
+		id := testenv.Unique("m")
+		id += strings.Repeat("0", 36-len(id))
+		reqs[i] = gate.AdmitRequest{ID: id[:36], Recipient: r, Scene: "chat.mention", Force: true, Limits: limits}
+	}
+	res, err := s.Admit(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := s.SceneRateKey(r, "chat.mention")
+	n, err := raw.MemoryUsage(ctx, key).Result()
+	if err != nil {
+		t.Fatalf("MEMORY USAGE %s: %v", key, err)
+	}
+	w, err := raw.MemoryUsage(ctx, s.SceneKey(r, "chat.mention")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("MEMORY USAGE %s = %d bytes, its scene window %d", key, n, w)
+	// The TAT is an integer (stored in the key's object); most of the
+	// bytes are the key's name, this test's long prefix included.
+	if n > 150 || w > 250 {
+		t.Errorf("rate key takes %d bytes and the window %d, want at most 150 and 250", n, w)
+	}
+	// Four forced admissions leave the TAT a burst (30m) ahead of the last,
+	// not four intervals.
+	tat, err := raw.Get(ctx, key).Int64()
+	if err != nil {
+		t.Fatalf("GET %s: %v", key, err)
+	}
+	if want := res[3].Now.Add(30 * time.Minute).UnixMilli(); tat != want {
+		t.Errorf("TAT = %d, want %d (the last forced admission + burst × interval)", tat, want)
+	}
+	ttl, err := raw.PTTL(ctx, key).Result()
+	if err != nil {
+		t.Fatalf("PTTL: %v", err)
+	}
+	if keep := 30 * time.Minute; ttl > keep+time.Second || ttl < keep {
+		t.Errorf("PTTL = %v, want between %v and %v", ttl, keep, keep+time.Second)
+	}
+
+	plain := gate.AdmitRequest{ID: "m", Recipient: r, Scene: "plain", Limits: limits[:1]}
+	if _, err := s.Admit(ctx, []gate.AdmitRequest{plain}); err != nil {
+		t.Fatal(err)
+	}
+	if n := raw.Exists(ctx, s.SceneRateKey(r, "plain"), s.CapRateKey(r), s.CapKey(r)).Val(); n != 0 {
+		t.Errorf("%d rate or cap keys for a message without rate limits or caps, want 0", n)
+	}
+}

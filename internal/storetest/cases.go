@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -353,34 +352,17 @@ func testConcurrent(t *testing.T, b Backend) {
 	const workers, perWorker = 16, 4
 	r := newRecipient()
 	scene, capl := lim(time.Hour, 3), lim(time.Hour, 4)
-	clients := []gate.WindowStore{b.Store, b.Client(t), b.Client(t), b.Client(t)}
-	var (
-		mu       sync.Mutex
-		admitted = map[string]int{}
-		errs     []error
-		wg       sync.WaitGroup
-	)
-	for w := range workers {
-		wg.Go(func() {
-			s := clients[w%len(clients)]
-			for i := range perWorker {
-				sc := fmt.Sprint("s", (w+i)%2)
-				q := req(r, sc, newID(), scene)
-				q.Caps = limits(capl)
-				res, err := s.Admit(context.Background(), []gate.AdmitRequest{q})
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, err)
-				} else if res[0].Admitted {
-					admitted[sc]++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	got, errs := hammer(t, b, workers, perWorker, func(w, i int) gate.AdmitRequest {
+		q := req(r, fmt.Sprint("s", (w+i)%2), newID(), scene)
+		q.Caps = limits(capl)
+		return q
+	})
 	if len(errs) > 0 {
 		t.Fatalf("%d of %d calls failed, first: %v", len(errs), workers*perWorker, errs[0])
+	}
+	admitted := map[string]int{}
+	for _, a := range got {
+		admitted[a.scene]++
 	}
 	// The cap (4) binds before the two scenes (3 each) can fill.
 	if total := admitted["s0"] + admitted["s1"]; total != capl.Max || admitted["s0"] > scene.Max || admitted["s1"] > scene.Max {
