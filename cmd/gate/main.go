@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	case "serve":
 		return serve(ctx, args[1:], getenv, stdout, stderr)
 	case "rules":
-		return rulesCmd(ctx, args[1:], getenv, stdout, stderr)
+		return rulesCmd(ctx, args[1:], getenv, stdin, stdout, stderr)
 	case "report":
 		return report(ctx, args[1:], getenv, stdout, stderr)
 	case "publish":

@@ -391,7 +391,7 @@ func TestNacosRules(t *testing.T) {
 			t.Error("pushing a broken document succeeded")
 		}
 		out.Reset()
-		if err := run(t.Context(), []string{"rules", "push", file}, getenv, nil, &out, &errOut); err != nil {
+		if err := run(t.Context(), []string{"rules", "push", "--yes", file}, getenv, nil, &out, &errOut); err != nil {
 			t.Fatalf("rules push: %v %s", err, errOut.String())
 		}
 		want := versionOfDoc(t, nacosRulesWithMax(5))

@@ -115,7 +115,13 @@ type apiClient struct {
 }
 
 func (c *apiClient) get(ctx context.Context, path string, q url.Values, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path+"?"+q.Encode(), nil)
+	return c.do(ctx, http.MethodGet, path, q, nil, out)
+}
+
+// do sends a request with reqBody (nil for none) and decodes the JSON of a
+// 200 answer into out; any other status is an error with the answer's.
+func (c *apiClient) do(ctx context.Context, method, path string, q url.Values, reqBody io.Reader, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path+"?"+q.Encode(), reqBody)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}

@@ -15,11 +15,15 @@ import (
 
 const rulesUsage = `usage:
   gate rules check FILE|DIR          validate a rule document (or a folder of them)
-  gate rules push [flags] FILE|DIR   validate, then publish to Nacos (GATE_NACOS_* or flags as for serve)
-  gate rules diff [flags] FILE|DIR   show what pushing would change against the rules in Nacos`
+  gate rules push [flags] FILE|DIR   validate, print what it would have decided of the last 24 h on the
+                                     gate at --server (GATE_HTTP_ADDR), ask, then publish to Nacos
+                                     (GATE_NACOS_* or flags as for serve); --yes publishes without asking
+  gate rules diff [flags] FILE|DIR   show what pushing would change against the rules in Nacos
+  gate rules preview FILE|DIR [--since 7d] [--server URL] [--format table|json]
+                                     what the document would have decided of a running gate's decisions`
 
 // rulesCmd validates rule documents and moves them to and from Nacos.
-func rulesCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func rulesCmd(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) < 1 {
 		return &usageError{rulesUsage}
 	}
@@ -29,11 +33,15 @@ func rulesCmd(ctx context.Context, args []string, getenv func(string) string, st
 			return &usageError{rulesUsage}
 		}
 		path := args[len(args)-1]
-		c, err := parseConfig(args[1:len(args)-1], getenv, stderr)
+		flags, push := pushFlags(args[1 : len(args)-1])
+		c, err := parseConfig(flags, getenv, stderr)
 		if err != nil {
 			return err
 		}
-		return nacosRules(ctx, args[0], c, path, stdout, stderr)
+		push.stdin = stdin
+		return nacosRules(ctx, args[0], c, path, push, stdout, stderr)
+	case "preview":
+		return rulesPreview(ctx, args[1:], getenv, stdout, stderr)
 	case "check":
 		if len(args) != 2 {
 			return &usageError{"usage: gate rules check FILE|DIR"}
@@ -110,9 +118,42 @@ func holdText(r gate.SceneRule) string {
 	return b.String()
 }
 
+// pushOptions are the flags of gate rules push besides serve's.
+type pushOptions struct {
+	yes    bool   // publish without asking
+	server string // the gate to preview on; empty: GATE_HTTP_ADDR (--http-addr)
+	stdin  io.Reader
+}
+
+// pushFlags takes --yes and --server URL (also -yes, --yes=true,
+// --server=URL) out of args, which go on to serve's flag set.
+func pushFlags(args []string) (rest []string, o pushOptions) {
+	for i := 0; i < len(args); i++ {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		switch {
+		case !strings.HasPrefix(args[i], "-"):
+		case name == "yes" && (!hasValue || value == "true"):
+			o.yes = true
+			continue
+		case name == "yes" && value == "false":
+			continue
+		case name == "server" && hasValue:
+			o.server = value
+			continue
+		case name == "server" && i+1 < len(args):
+			o.server = args[i+1]
+			i++
+			continue
+		}
+		rest = append(rest, args[i])
+	}
+	return rest, o
+}
+
 // nacosRules pushes a validated document to Nacos, or diffs it against the
-// document there.
-func nacosRules(_ context.Context, verb string, c *config, path string, stdout, stderr io.Writer) error {
+// document there. A push prints the document's preview on the gate first
+// and asks, unless push.yes.
+func nacosRules(ctx context.Context, verb string, c *config, path string, push pushOptions, stdout, stderr io.Writer) error {
 	if c.NacosAddr == "" {
 		return &usageError{"GATE_NACOS_ADDR (or --nacos-addr) is required to " + verb + " rules"}
 	}
@@ -150,6 +191,13 @@ func nacosRules(_ context.Context, verb string, c *config, path string, stdout, 
 	}
 	doc, err := pushDocument(path, set)
 	if err != nil {
+		return err
+	}
+	server := push.server
+	if server == "" {
+		server = c.HTTPAddr
+	}
+	if err := confirmPush(ctx, server, c.APIToken, doc, push.yes, push.stdin, stdout); err != nil {
 		return err
 	}
 	if err := src.Publish(doc); err != nil {
