@@ -37,6 +37,7 @@ type Suppression struct {
 	LimitWindow   Duration  `json:"limit_window"`
 	LimitMax      int       `json:"limit_max"`
 	LimitCalendar Calendar  `json:"limit_calendar,omitempty"` // "day" | "week" for a calendar limit, whose LimitWindow is 0
+	LimitRate     Duration  `json:"limit_rate,omitempty"`     // a rate limit's emission interval (LimitMax is its burst, LimitWindow 0)
 	CountSeen     int       `json:"count_seen"`
 	Shadow        bool      `json:"shadow"`
 	Reason        string    `json:"reason"` // "limit" | "unknown_scene" | "quiet_hours" | "queued"
@@ -107,7 +108,7 @@ func RecordOf(key string, m Message, d Decision, seq uint64, rulesVersion string
 		}
 		if e := d.Exceeded; e != nil {
 			s.Scope, s.LimitWindow, s.LimitMax, s.CountSeen = e.Scope, Duration(e.Limit.Window), e.Limit.Max, e.Count
-			s.LimitCalendar = e.Limit.Calendar
+			s.LimitCalendar, s.LimitRate = e.Limit.Calendar, Duration(e.Limit.Rate)
 		}
 		rec.Suppression = s
 	}

@@ -179,19 +179,19 @@ func (s *Store) insertSuppressions(tx *gorm.DB, recs []gate.Record) error {
 	}
 	slices.SortFunc(sups, func(a, b gate.Suppression) int { return strings.Compare(a.MessageID, b.MessageID) })
 	for chunk := range slices.Chunk(sups, chunkRows) {
-		args := make([]any, 0, 16*len(chunk))
+		args := make([]any, 0, 17*len(chunk))
 		for _, p := range chunk {
 			var payload any
 			if p.Payload != "" {
 				payload = p.Payload
 			}
 			args = append(args, p.MessageID, p.Scene, p.Recipient, string(p.Priority), string(p.Scope),
-				time.Duration(p.LimitWindow).Milliseconds(), p.LimitMax, string(p.LimitCalendar), p.CountSeen, p.Shadow,
+				time.Duration(p.LimitWindow).Milliseconds(), p.LimitMax, string(p.LimitCalendar), time.Duration(p.LimitRate).Milliseconds(), p.CountSeen, p.Shadow,
 				p.Reason, p.RulesVersion, s.dbTime(p.DecidedAt), s.dbTimeOrNull(p.NextAllowedAt), payload, string(p.HeldAs))
 		}
 		err := tx.Exec(multiRow(`INSERT INTO suppressions (message_id, scene, recipient, priority, limit_scope,
-	limit_window_ms, limit_max, limit_calendar, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at,
-	payload, held_as)`, 16, len(chunk))+
+	limit_window_ms, limit_max, limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at,
+	payload, held_as)`, 17, len(chunk))+
 			` ON CONFLICT (message_id) DO NOTHING`, args...).Error
 		if err != nil {
 			return fmt.Errorf("insert suppressions: %w", err)

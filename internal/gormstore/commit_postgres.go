@@ -45,13 +45,13 @@ func commitStatement(p *paramSeq) string {
 	RETURNING "key"
 ), audited AS (
 	INSERT INTO suppressions (message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-		limit_calendar, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
+		limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
 	SELECT message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-		limit_calendar, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as
-	FROM unnest(` + p.arrays("text", "text", "text", "text", "text", "text", "bigint", "integer", "text", "integer",
+		limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as
+	FROM unnest(` + p.arrays("text", "text", "text", "text", "text", "text", "bigint", "integer", "text", "bigint", "integer",
 		"boolean", "text", "text", "timestamptz", "timestamptz", "text", "text") + `)
 		AS s("key", message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-		limit_calendar, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
+		limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
 	WHERE "key" IN (SELECT "key" FROM claimed)
 	ORDER BY message_id
 	ON CONFLICT (message_id) DO NOTHING
@@ -175,7 +175,7 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 // suppressionColumns holds audit rows column by column, for unnest().
 type suppressionColumns struct {
 	key, messageID, scene, recipient, priority, scope []string
-	window                                            []int64
+	window, rate                                      []int64
 	max, seen                                         []int32
 	shadow                                            []bool
 	calendar, reason, version                         []string
@@ -214,6 +214,7 @@ func (c *suppressionColumns) add(r gate.Record, redact bool) {
 	c.window = append(c.window, time.Duration(p.LimitWindow).Milliseconds())
 	c.max = append(c.max, int32(p.LimitMax))
 	c.calendar = append(c.calendar, string(p.LimitCalendar))
+	c.rate = append(c.rate, time.Duration(p.LimitRate).Milliseconds())
 	c.seen = append(c.seen, int32(p.CountSeen))
 	c.shadow = append(c.shadow, p.Shadow)
 	c.reason = append(c.reason, p.Reason)
@@ -229,7 +230,7 @@ func (c *suppressionColumns) add(r gate.Record, redact bool) {
 func (c *suppressionColumns) args() []any {
 	return []any{
 		nonNil(c.key), nonNil(c.messageID), nonNil(c.scene), nonNil(c.recipient), nonNil(c.priority), nonNil(c.scope),
-		nonNil(c.window), nonNil(c.max), nonNil(c.calendar), nonNil(c.seen), nonNil(c.shadow), nonNil(c.reason), nonNil(c.version),
+		nonNil(c.window), nonNil(c.max), nonNil(c.calendar), nonNil(c.rate), nonNil(c.seen), nonNil(c.shadow), nonNil(c.reason), nonNil(c.version),
 		nonNil(c.decidedAt), nonNil(c.nextAllowedAt), nonNil(c.payload), nonNil(c.heldAs),
 	}
 }

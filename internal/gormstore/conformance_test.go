@@ -323,7 +323,8 @@ func testSuppressionRoundTrip(t *testing.T, fresh freshFunc) {
 
 // A message held back by a calendar limit gets a row naming the period
 // ("3 per calendar day"), where limit_window alone says 0s; a rolling
-// limit's row names none.
+// limit's row names none. A rate limit's row names its interval, its
+// limit_max the burst.
 func testCalendarSuppressionRoundTrip(t *testing.T, fresh freshFunc) {
 	s := MustOpen(t, fresh(t))
 	at := time.Date(2024, 5, 1, 10, 30, 0, 0, time.UTC)
@@ -341,7 +342,8 @@ func testCalendarSuppressionRoundTrip(t *testing.T, fresh freshFunc) {
 	week := gate.RecordOf("week", msg("week"), decision(gate.OutcomeDefer, gate.Limit{Calendar: gate.CalendarWeek, Max: 10}), 3, "v1")
 	week.Hold.Queue = gate.Queue{Recipient: "open_id:ou", Name: "digest.daily"}
 	week.Hold.DueAt = midnight
-	MustCommit(t, s, day, rolling, week)
+	rate := gate.RecordOf("rate", msg("rate"), decision(gate.OutcomeSuppress, gate.Limit{Rate: 10 * time.Minute, Max: 3}), 4, "v1")
+	MustCommit(t, s, day, rolling, week, rate)
 
 	page, err := s.Suppressions(context.Background(), gate.SuppressionFilter{})
 	if err != nil {
@@ -357,10 +359,12 @@ func testCalendarSuppressionRoundTrip(t *testing.T, fresh freshFunc) {
 		window   gate.Duration
 		max      int
 		heldAs   gate.HoldKind
+		rate     gate.Duration
 	}{
-		{"day", gate.CalendarDay, 0, 3, ""},
-		{"rolling", "", gate.Duration(time.Hour), 1, ""},
-		{"week", gate.CalendarWeek, 0, 10, gate.HoldDefer},
+		{"day", gate.CalendarDay, 0, 3, "", 0},
+		{"rolling", "", gate.Duration(time.Hour), 1, "", 0},
+		{"week", gate.CalendarWeek, 0, 10, gate.HoldDefer, 0},
+		{"rate", "", 0, 3, "", gate.Duration(10 * time.Minute)},
 	} {
 		p, ok := got[tt.id]
 		if !ok {
@@ -368,10 +372,10 @@ func testCalendarSuppressionRoundTrip(t *testing.T, fresh freshFunc) {
 			continue
 		}
 		if p.LimitCalendar != tt.calendar || p.LimitWindow != tt.window || p.LimitMax != tt.max || p.HeldAs != tt.heldAs ||
-			p.Scope != gate.ScopeRecipient || !p.NextAllowedAt.Equal(midnight) {
-			t.Errorf("%s: got calendar %q window %v max %d held_as %q scope %q next %v; want %q %v %d %q recipient %v",
-				tt.id, p.LimitCalendar, p.LimitWindow, p.LimitMax, p.HeldAs, p.Scope, p.NextAllowedAt,
-				tt.calendar, tt.window, tt.max, tt.heldAs, midnight)
+			p.LimitRate != tt.rate || p.Scope != gate.ScopeRecipient || !p.NextAllowedAt.Equal(midnight) {
+			t.Errorf("%s: got calendar %q window %v max %d held_as %q rate %v scope %q next %v; want %q %v %d %q %v recipient %v",
+				tt.id, p.LimitCalendar, p.LimitWindow, p.LimitMax, p.HeldAs, p.LimitRate, p.Scope, p.NextAllowedAt,
+				tt.calendar, tt.window, tt.max, tt.heldAs, tt.rate, midnight)
 		}
 	}
 }

@@ -68,7 +68,7 @@ func (s *Store) Suppressions(ctx context.Context, f gate.SuppressionFilter) (gat
 		add("(decided_at, id) < (?, ?)", s.dbTime(at), id)
 	}
 	q := `SELECT id, message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-	limit_calendar, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload,
+	limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload,
 	held_as, settled, settled_at, fallback, digest_id FROM suppressions`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
@@ -102,20 +102,21 @@ func scanSuppressions(rows *sql.Rows) ([]gate.Suppression, error) {
 	for rows.Next() {
 		var (
 			p                         gate.Suppression
-			windowMS                  int64
+			windowMS, rateMS          int64
 			decided, next, settledAt  scanTime
 			payload                   sql.NullString
 			priority, scop, calendar  string
 			heldAs, settled, fallback string
 		)
 		if err := rows.Scan(&p.ID, &p.MessageID, &p.Scene, &p.Recipient, &priority, &scop, &windowMS,
-			&p.LimitMax, &calendar, &p.CountSeen, &p.Shadow, &p.Reason, &p.RulesVersion, &decided, &next, &payload,
+			&p.LimitMax, &calendar, &rateMS, &p.CountSeen, &p.Shadow, &p.Reason, &p.RulesVersion, &decided, &next, &payload,
 			&heldAs, &settled, &settledAt, &fallback, &p.DigestID); err != nil {
 			return nil, err
 		}
 		p.Priority, p.Scope, p.LimitCalendar = gate.Priority(priority), gate.Scope(scop), gate.Calendar(calendar)
 		p.HeldAs, p.Settled, p.SettledAt, p.Fallback = gate.HoldKind(heldAs), gate.SettleKind(settled), settledAt.t, gate.Action(fallback)
 		p.LimitWindow = gate.Duration(time.Duration(windowMS) * time.Millisecond)
+		p.LimitRate = gate.Duration(time.Duration(rateMS) * time.Millisecond)
 		p.DecidedAt, p.NextAllowedAt, p.Payload = decided.t, next.t, payload.String
 		items = append(items, p)
 	}
