@@ -41,7 +41,10 @@ type replay struct {
 
 func newReplay(rs *gate.RuleSet, max int64) *replay {
 	rp := &replay{rs: rs, max: max, scenes: map[string]*gate.ScenePreview{}, zones: map[string]*time.Location{}}
-	rp.store = inmem.New(inmem.Options{Now: func() time.Time { return rp.clock }})
+	// A sweep walks every window: one a minute of ledger time, the store's
+	// default, would walk them all every few hundred decisions of a busy
+	// ledger. One an hour keeps expired windows at most an hour longer.
+	rp.store = inmem.New(inmem.Options{Now: func() time.Time { return rp.clock }, SweepEvery: time.Hour})
 	return rp
 }
 
