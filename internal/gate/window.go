@@ -40,7 +40,10 @@ type AdmitRequest struct {
 type Exceeded struct {
 	Scope Scope `json:"scope"`
 	Limit Limit `json:"limit"`
-	// Count is how many admitted messages were in the window at decision time.
+	// Count is how many admitted messages were in the window at decision
+	// time; for a rate limit, how many of its burst slots were in use: the
+	// emission intervals between the store's now and the theoretical
+	// arrival time, rounded up (the burst, when it rejects).
 	Count int `json:"count"`
 }
 
@@ -57,14 +60,18 @@ type AdmitResult struct {
 	// Max of the key's limits, since a window keeps no more members than that.
 	Exceeded *Exceeded
 	// NextAllowedAt is when the window reopens for this (recipient, scene),
-	// set when Admitted is false.
+	// set when Admitted is false: exactly the first instant of the store's
+	// clock at which the limit that reopens last admits again (for a rate
+	// limit, its theoretical arrival time less burst-1 intervals).
 	NextAllowedAt time.Time
 	// Now is the store's clock at the decision.
 	Now time.Time
 	// Tightest is set when Admitted is true (and not Duplicate) and a limit
 	// applies: the limit with the fewest slots left after this admission,
 	// and its Count including this message. A dry run reports what an
-	// admission would leave.
+	// admission would leave. Of limits with as few slots left, the first
+	// wins, scene limits before caps. A forced admission over a limit
+	// reports a Count above its Max.
 	Tightest *Exceeded
 }
 
@@ -79,8 +86,9 @@ type AdmitResult struct {
 // to retry after a partial failure.
 //
 // An admitted id is remembered while it is inside its scene's longest
-// window, or its calendar period; the audit log's ledger remembers decided
-// ids for longer.
+// window, or its calendar period, or burst intervals of its rate limit;
+// the audit log's ledger remembers decided ids for longer. A dry run
+// (DryRun) is decided as the request would be and records nothing.
 //
 // Errors are transient (wrap ErrUnavailable) and the caller retries the
 // batch, except ErrInvalidRequest, which fails the whole batch before
@@ -89,8 +97,10 @@ type AdmitResult struct {
 //
 // Forget takes the ids of reqs out of the windows their admission counted
 // them in (the scene's and the recipient's caps): the undo of an admission
-// the ledger shows was a second decision of an id decided before. An id
-// that is not there changes nothing.
+// the ledger shows was a second decision of an id decided before, or of a
+// refunded one. When the scene window still holds the id, the rate limits
+// of reqs' Limits and Caps get its slot back (their theoretical arrival
+// times move back one interval). An id that is not there changes nothing.
 type WindowStore interface {
 	Admit(ctx context.Context, reqs []AdmitRequest) ([]AdmitResult, error)
 	Forget(ctx context.Context, reqs []AdmitRequest) error

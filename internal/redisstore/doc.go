@@ -6,11 +6,13 @@
 // is one pipelined round trip of EVALSHA calls; the script is loaded lazily
 // and again whenever Redis answers NOSCRIPT (restart, failover, SCRIPT FLUSH).
 //
-// Key layout, hash-tagged by recipient so both keys of a decision share a
+// Key layout, hash-tagged by recipient so every key of a decision shares a
 // Redis Cluster slot:
 //
 //	<prefix>:{<recipient>}:s:<scene>   sorted set: the scene window
 //	<prefix>:{<recipient>}:c           sorted set: the recipient cap window
+//	<prefix>:{<recipient>}:g:<scene>   integer: the TAT (Unix ms) of the scene's rate limit
+//	<prefix>:{<recipient>}:gc          integer: the TAT of the recipient caps' rate limit
 //
 // Members are the first 7 bytes of the SHA-256 of message ids (short members
 // keep a (recipient, scene) of {1/h, 3/day} under 250 bytes; see member),
@@ -20,6 +22,15 @@
 // window, or after the end of its latest calendar period; members older than
 // every window and period are not removed one by one but pushed out by newer
 // ones or dropped with the key, and never counted.
+//
+// A rate limit ({rate: 1/10m, burst: 3}) is a GCRA decided in the same
+// script call as the message's windows: its TAT key is read, and written
+// only when every limit admits the message. Its key exists only for a
+// message that has one, so other messages pass the script the two keys, and
+// make the calls, they did before; it expires one second after its TAT. A
+// scene whose only limit is a rate keeps its ids for burst intervals, to
+// know a duplicate. Forget runs forget.lua for a message with a rate limit,
+// to give the slot back.
 //
 // Calendar limits (a day or an ISO week in the request's zone) are decided on
 // the Redis clock too. Lua has no time zones, so the adapter computes two

@@ -1,8 +1,10 @@
 // Package storetest is the conformance suite every gate.WindowStore must
 // pass, so that the in-process store and the Redis store keep one meaning:
 // sliding windows, calendar limits (day and week, in a zone, across
-// daylight-saving days), several limits, recipient caps, Force, duplicates,
-// batch order, expiry, bounded memory, concurrency and the store's own clock.
+// daylight-saving days), rate (GCRA) limits atomic with the others, dry
+// runs, the tightest limit of an admission, several limits, recipient caps,
+// Force, duplicates, Forget, batch order, expiry, bounded memory,
+// concurrency and the store's own clock.
 //
 // A store's own test calls Run with a Harness that opens a fresh store per
 // test and moves its clock (a real sleep for Redis, a fake clock in
