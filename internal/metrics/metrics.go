@@ -40,6 +40,10 @@ type Metrics struct {
 	RulesInfo       *prometheus.GaugeVec     // version, source = 1
 	DependencyUp    *prometheus.GaugeVec     // dependency
 	HTTPRequests    *prometheus.CounterVec   // route, code
+	// Refunds counts refund requests (POST /v1/refund, gate.refund) by
+	// result: refunded|already_refunded|never_decided|not_forwarded|
+	// ledger_incomplete|invalid|failed.
+	Refunds *prometheus.CounterVec
 	// Checks counts synchronous checks (POST /v1/check, gate.check) by
 	// decision (forward|suppress|drop|defer|digest, or invalid|error when
 	// not answered) and dry_run.
@@ -123,5 +127,9 @@ func New(reg *prometheus.Registry) *Metrics {
 		Name: "gate_checks_total", Help: "Synchronous checks (POST /v1/check, gate.check), by decision (forward, suppress, drop, defer, digest; invalid for a bad body, error when a store did not answer) and dry_run.",
 	}, []string{"decision", "dry_run"})
 	reg.MustRegister(m.Checks)
+	m.Refunds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gate_refunds_total", Help: "Refund requests (POST /v1/refund, gate.refund), by result: refunded (taken out of its windows), already_refunded (nothing changed), never_decided, not_forwarded and ledger_incomplete (refused), invalid (unreadable body), failed (a store was down; the request is retried).",
+	}, []string{"result"})
+	reg.MustRegister(m.Refunds)
 	return m
 }
