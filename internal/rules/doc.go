@@ -31,6 +31,15 @@
 //     Calendar periods run in the scene's tz (UTC when left out), or the
 //     message's own zone; recipient_caps have no tz of their own and use the
 //     message's zone or UTC.
+//   - A rate limit, {rate: N/duration, burst: B}, is a GCRA: B at once,
+//     then one per duration/N, the emission interval, which must be a whole
+//     number of milliseconds (3/1s is refused, not rounded) and at most
+//     366d, as must burst × interval. burst defaults to 1; a rate limit
+//     takes burst, not max, and no window or calendar. A scene and
+//     recipient_caps may have one rate limit each (a store keeps one
+//     theoretical arrival time per window); rates that name one interval
+//     (6/1h, 1/10m) are one rule, written back as 1/10m, and come after the
+//     window and calendar limits.
 //   - max_defer and defer_fallback are filled in (24h, suppress) on a scene
 //     that defers (on_exceed: defer, or quiet_hours action: defer), and
 //     rejected on any other, as digest_group is on a scene that sends no

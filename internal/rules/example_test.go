@@ -39,6 +39,34 @@ scenes:
 	// urgent bypasses: true
 }
 
+// A rate limit admits a burst at once, then one message per emission
+// interval (a GCRA); it sits beside window limits, which bound longer spans.
+func ExampleParse_rate() {
+	doc := `
+scenes:
+  chat.mention:
+    limits:
+      - {rate: 6/1h, burst: 3}   # 3 at once, then one per 10 minutes
+      - {window: 1d, max: 20}
+`
+	rs, err := rules.Parse("rules/chat.yaml", []byte(doc))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	rule, _ := rs.Scene("chat.mention")
+	for _, l := range rule.Limits {
+		if l.Rate != 0 {
+			fmt.Printf("%d at once, then one per %s (rate %s)\n", l.Max, gate.FormatDuration(l.Rate), gate.FormatRate(l.Rate))
+			continue
+		}
+		fmt.Printf("at most %d per %s\n", l.Max, gate.FormatDuration(l.Window))
+	}
+	// Output:
+	// at most 20 per 1d
+	// 3 at once, then one per 10m (rate 1/10m)
+}
+
 // A document that does not validate is rejected whole, with every problem
 // named by file, line, column and path.
 func ExampleParse_invalid() {
