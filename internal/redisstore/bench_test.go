@@ -23,7 +23,10 @@ import (
 //     hour: 3 members in the day, every call rejected (reads only);
 //   - calendar: as fresh, for {1h/1, day/3} under caps {1h/4, day/20} in
 //     Asia/Shanghai: what calendar limits add (one period triple per
-//     request).
+//     request);
+//   - rate: as fresh, for {1h/1, rate 1/10m burst 3} under caps {1h/4,
+//     rate 1/2m burst 10}: what rate limits add (two TAT keys, a GET and
+//     a SET each).
 func BenchmarkAdmit(b *testing.B) {
 	raw := newClient(b)
 	s := newStore(b, raw, newPrefix(b, raw))
@@ -38,7 +41,9 @@ func BenchmarkAdmit(b *testing.B) {
 	}
 	calLimits := []gate.Limit{{Window: time.Hour, Max: 1}, {Calendar: gate.CalendarDay, Max: 3}}
 	calCaps := []gate.Limit{{Window: time.Hour, Max: 4}, {Calendar: gate.CalendarDay, Max: 20}}
-	newBatch := func(recipient func(i int) string, calendar bool) []gate.AdmitRequest {
+	rateLimits := []gate.Limit{{Window: time.Hour, Max: 1}, {Rate: 10 * time.Minute, Max: 3}}
+	rateCaps := []gate.Limit{{Window: time.Hour, Max: 4}, {Rate: 2 * time.Minute, Max: 10}}
+	newBatch := func(recipient func(i int) string, kind string) []gate.AdmitRequest {
 		run++
 		reqs := make([]gate.AdmitRequest, batch)
 		for i := range reqs {
@@ -46,8 +51,11 @@ func BenchmarkAdmit(b *testing.B) {
 				ID:        fmt.Sprintf("%08x-4c5d-9e8f-%04x-%012x", run, i, time.Now().UnixNano()),
 				Recipient: recipient(i), Scene: "alert.disk_full", Limits: limits, Caps: caps,
 			}
-			if calendar {
+			switch kind {
+			case "calendar":
 				reqs[i].Limits, reqs[i].Caps, reqs[i].Zone = calLimits, calCaps, sh
+			case "rate":
+				reqs[i].Limits, reqs[i].Caps = rateLimits, rateCaps
 			}
 		}
 		return reqs
@@ -59,7 +67,7 @@ func BenchmarkAdmit(b *testing.B) {
 	}
 	full := func(i int) string { return fmt.Sprintf("open_id:ou_full_%05d", i) }
 	// Fill the held and steady windows once.
-	forced := newBatch(full, false)
+	forced := newBatch(full, "")
 	for i := range forced {
 		forced[i].Force = true
 	}
@@ -72,11 +80,12 @@ func BenchmarkAdmit(b *testing.B) {
 	for _, tc := range []struct {
 		name      string
 		recipient func(i int) string
-		calendar  bool
+		kind      string
 	}{
-		{"fresh", nil, false},
-		{"steady", full, false},
-		{"calendar", nil, true},
+		{"fresh", nil, ""},
+		{"steady", full, ""},
+		{"calendar", nil, "calendar"},
+		{"rate", nil, "rate"},
 	} {
 		for _, perCall := range []int{1, perCallSingle} {
 			b.Run(fmt.Sprintf("%s/per-call=%d", tc.name, perCall), func(b *testing.B) {
@@ -89,7 +98,7 @@ func BenchmarkAdmit(b *testing.B) {
 						prefix := testenv.Unique("ou")
 						rcpt = func(i int) string { return "open_id:" + prefix + strconv.Itoa(i) }
 					}
-					admit(b, newBatch(rcpt, tc.calendar))
+					admit(b, newBatch(rcpt, tc.kind))
 					calls += batch
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(calls), "ns/call")
