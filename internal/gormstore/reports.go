@@ -31,33 +31,9 @@ const (
 // listed twice, and rows older than the cursor are never skipped.
 func (s *Store) Suppressions(ctx context.Context, f gate.SuppressionFilter) (gate.SuppressionPage, error) {
 	const op = "list suppressions"
-	limit := f.Limit
-	switch {
-	case limit == 0:
-		limit = DefaultPageLimit
-	case limit < 0 || limit > MaxPageLimit:
-		return gate.SuppressionPage{}, badRequest(op, "limit %d is not between 1 and %d", f.Limit, MaxPageLimit)
-	}
-	if err := checkRange(f.Since, f.Until); err != nil {
-		return gate.SuppressionPage{}, fmt.Errorf("%s: %w", op, err)
-	}
-	var where []string
-	var args []any
-	add := func(cond string, vals ...any) {
-		where = append(where, cond)
-		args = append(args, vals...)
-	}
-	if f.Scene != "" {
-		add("scene = ?", f.Scene)
-	}
-	if f.Recipient != "" {
-		add("recipient = ?", f.Recipient)
-	}
-	if !f.Since.IsZero() {
-		add("decided_at >= ?", s.dbTime(f.Since))
-	}
-	if !f.Until.IsZero() {
-		add("decided_at < ?", s.dbTime(f.Until))
+	q, err := s.listQuery(op, "decided_at", f)
+	if err != nil {
+		return gate.SuppressionPage{}, err
 	}
 	if f.Cursor != "" {
 		at, id, err := decodeCursor(f.Cursor)
@@ -65,19 +41,12 @@ func (s *Store) Suppressions(ctx context.Context, f gate.SuppressionFilter) (gat
 			return gate.SuppressionPage{}, badRequest(op, "%v", err)
 		}
 		// A row-value comparison: both databases seek the index with it.
-		add("(decided_at, id) < (?, ?)", s.dbTime(at), id)
+		q.add("(decided_at, id) < (?, ?)", s.dbTime(at), id)
 	}
-	q := `SELECT id, message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
+	text, args := q.text(`SELECT id, message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
 	limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload,
-	held_as, settled, settled_at, fallback, digest_id FROM suppressions`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	// One row more than the page tells whether another page follows.
-	q += " ORDER BY decided_at DESC, id DESC LIMIT ?"
-	args = append(args, limit+1)
-
-	rows, err := s.db.WithContext(ctx).Raw(q, args...).Rows()
+	held_as, settled, settled_at, fallback, digest_id FROM suppressions`, "decided_at DESC, id DESC")
+	rows, err := s.db.WithContext(ctx).Raw(text, args...).Rows()
 	if err != nil {
 		return gate.SuppressionPage{}, unavailable(op, err)
 	}
@@ -86,12 +55,65 @@ func (s *Store) Suppressions(ctx context.Context, f gate.SuppressionFilter) (gat
 		return gate.SuppressionPage{}, unavailable(op, err)
 	}
 	page := gate.SuppressionPage{Items: items}
-	if len(items) > limit {
-		page.Items = items[:limit]
-		last := page.Items[limit-1]
+	if len(items) > q.limit {
+		page.Items = items[:q.limit]
+		last := page.Items[q.limit-1]
 		page.NextCursor = encodeCursor(last.DecidedAt, last.ID)
 	}
 	return page, nil
+}
+
+// listQuery is the query of one page of a listing: its conditions, their
+// arguments, and the page size.
+type listQuery struct {
+	where []string
+	args  []any
+	limit int
+}
+
+// listQuery checks f's page size and range and turns its filters into
+// conditions: scene and recipient match exactly, Since (inclusive) and
+// Until (exclusive) bound timeCol. A Limit of 0 means DefaultPageLimit; a
+// negative one, one over MaxPageLimit, or Until before Since wraps
+// gate.ErrBadRequest.
+func (s *Store) listQuery(op, timeCol string, f gate.SuppressionFilter) (*listQuery, error) {
+	q := &listQuery{limit: f.Limit}
+	switch {
+	case q.limit == 0:
+		q.limit = DefaultPageLimit
+	case q.limit < 0 || q.limit > MaxPageLimit:
+		return nil, badRequest(op, "limit %d is not between 1 and %d", f.Limit, MaxPageLimit)
+	}
+	if err := checkRange(f.Since, f.Until); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if f.Scene != "" {
+		q.add("scene = ?", f.Scene)
+	}
+	if f.Recipient != "" {
+		q.add("recipient = ?", f.Recipient)
+	}
+	if !f.Since.IsZero() {
+		q.add(timeCol+" >= ?", s.dbTime(f.Since))
+	}
+	if !f.Until.IsZero() {
+		q.add(timeCol+" < ?", s.dbTime(f.Until))
+	}
+	return q, nil
+}
+
+func (q *listQuery) add(cond string, vals ...any) {
+	q.where = append(q.where, cond)
+	q.args = append(q.args, vals...)
+}
+
+// text is the statement: selectFrom, the conditions, order, and a limit of
+// one row more than the page, which tells whether another page follows.
+func (q *listQuery) text(selectFrom, order string) (string, []any) {
+	if len(q.where) > 0 {
+		selectFrom += " WHERE " + strings.Join(q.where, " AND ")
+	}
+	return selectFrom + " ORDER BY " + order + " LIMIT ?", append(q.args, q.limit+1)
 }
 
 // scanSuppressions reads the rows of Suppressions' query and closes them.
