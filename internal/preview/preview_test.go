@@ -310,3 +310,16 @@ func TestCanceled(t *testing.T) {
 		t.Errorf("err = %v, want context.Canceled", err)
 	}
 }
+
+func TestRateLimit(t *testing.T) {
+	// A burst of 2, then one per 10 minutes: of messages a minute apart
+	// from 0 to 11, those at 0 and 1 pass (the burst), then the one at 10,
+	// when the theoretical arrival time (20m) is within a burst's slack.
+	es := entries("r", "open_id:u1", 12, t0, time.Minute, gate.OutcomeForward)
+	p := run(t, `
+scenes:
+  r:
+    limits: [{rate: 1/10m, burst: 2}]
+`, es)
+	wantCounts(t, "now", sceneOf(t, p, "r").Now, gate.PreviewCounts{Forwarded: 3, Suppressed: 9})
+}
