@@ -154,11 +154,12 @@ func (c *apiClient) do(ctx context.Context, method, path string, q url.Values, r
 // summaryHeader names the columns of the summary, in the order of
 // gate.SceneSummary.Counters after the scene.
 var summaryHeader = []string{"scene", "received", "forwarded", "suppressed", "dropped", "invalid", "shadow_suppressed",
-	"shadow_dropped", "forwarded_unchecked", "parked", "deferred", "digested", "released", "fell_back"}
+	"shadow_dropped", "forwarded_unchecked", "parked", "deferred", "digested", "released", "fell_back", "refunded"}
 
-// heldColumns is how many columns at the end of summaryHeader count held
-// messages: a table leaves them out while every one of them is zero, so
-// that a gate with no defer or digest scene prints what it always did.
+// heldColumns is how many columns before the last of summaryHeader count
+// held messages: a table leaves them out while every one of them is zero,
+// and the last, refunded, while it is, so that a gate with no defer or
+// digest scene and no refunds prints what it always did.
 const heldColumns = 4
 
 func summaryRow(s gate.SceneSummary) []string {
@@ -181,12 +182,24 @@ func printSummary(w io.Writer, format string, sum httpapi.Summary) error {
 		return writeCSV(w, rows)
 	}
 	t := sum.Total
-	cols := len(summaryHeader)
-	if t.Deferred == 0 && t.Digested == 0 && t.Released == 0 && t.FellBack == 0 {
-		cols -= heldColumns
+	last := len(summaryHeader) - 1 // refunded
+	hide := func(int) bool { return false }
+	held := t.Deferred != 0 || t.Digested != 0 || t.Released != 0 || t.FellBack != 0
+	if !held || t.Refunded == 0 {
+		hide = func(i int) bool {
+			return (!held && i >= last-heldColumns && i < last) || (t.Refunded == 0 && i == last)
+		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	line := func(cells []string) { fmt.Fprintln(tw, strings.Join(cells[:cols], "\t")+"\t") }
+	line := func(cells []string) {
+		shown := make([]string, 0, len(cells))
+		for i, c := range cells {
+			if !hide(i) {
+				shown = append(shown, c)
+			}
+		}
+		fmt.Fprintln(tw, strings.Join(shown, "\t")+"\t")
+	}
 	line(summaryHeader)
 	for _, s := range sum.Scenes {
 		line(summaryRow(s))

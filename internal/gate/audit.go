@@ -215,17 +215,21 @@ type SceneSummary struct {
 	// hour they were: forwarded, or past max_defer given defer_fallback.
 	Released int64 `json:"released"`
 	FellBack int64 `json:"fell_back"`
+	// Refunded counts forwarded messages refunded by their sender (delivery
+	// failed, so they were taken out of their windows), in the hour of the
+	// refund. Not part of Received: the message was counted when decided.
+	Refunded int64 `json:"refunded"`
 }
 
 // NumCounters is how many counters a SceneSummary holds.
-const NumCounters = 13
+const NumCounters = 14
 
 // Counters are s's counters in the order of its fields, which is also the
 // order of the audit store's counter columns.
 func (s *SceneSummary) Counters() [NumCounters]*int64 {
 	return [NumCounters]*int64{&s.Received, &s.Forwarded, &s.Suppressed, &s.Dropped, &s.Invalid,
 		&s.ShadowSuppressed, &s.ShadowDropped, &s.ForwardedUnchecked, &s.Parked,
-		&s.Deferred, &s.Digested, &s.Released, &s.FellBack}
+		&s.Deferred, &s.Digested, &s.Released, &s.FellBack, &s.Refunded}
 }
 
 // Reports answers report queries. Bad filters or cursors wrap ErrBadRequest.
