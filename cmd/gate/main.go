@@ -38,8 +38,9 @@ const usage = `gate: the notification anti-fatigue gate
 
 Usage:
   gate serve [flags]            run the gate (flags or GATE_* variables; see gate serve -h)
-  gate rules check|push|diff FILE|DIR
-                                validate a rule document; push it to Nacos, or diff against Nacos
+  gate rules check|push|diff|preview FILE|DIR
+                                validate a rule document; push it to Nacos, or diff against Nacos;
+                                preview what it would have decided of a running gate's decisions
   gate report [summary|suppressions] [flags]
                                 print reports from a running gate (table, json or csv)
   gate publish [flags]          publish a test message to gate.in
