@@ -155,6 +155,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	if err != nil {
 		return err
 	}
+	refunder, err := pipeline.NewRefunder(pipeline.RefunderOptions{
+		Rules: live, Store: store, Ledger: audit, Log: audit, Metrics: m, Logger: log, Now: now,
+	})
+	if err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", c.HTTPAddr)
 	if err != nil {
@@ -162,6 +168,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	}
 	srv := newHTTPServer(httpapi.NewServer(httpapi.Options{
 		Rules: live, Reports: audit, Token: c.APIToken, AllowedHosts: c.HTTPAllowedHosts, Metrics: m, Log: log,
+		Refunder: refunder, RefundLog: audit,
 		Preview: preview.New(audit, preview.Options{MaxDecisions: int64(c.PreviewMax)}),
 		Checks: scrub.checks(map[string]httpapi.Check{
 			"nats":         bus.Ping,
@@ -202,6 +209,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	}
 	wg.Go(func() { pruneLoop(consumeCtx, audit, c.AuditRetention, log) })
 	wg.Go(func() { releaser.Run(consumeCtx) })
+	wg.Go(func() {
+		if err := bus.ConsumeRefunds(consumeCtx, refunder, natsbus.RefundOptions{RetryMax: c.RetryMax, Metrics: m}); err != nil {
+			log.Error("refund consumer stopped", "err", err)
+		}
+	})
 
 	var runErr error
 	select {

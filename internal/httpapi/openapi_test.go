@@ -77,6 +77,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Timeseries":      Timeseries{},
 		"RecipientCount":  gate.RecipientCount{},
 		"TopRecipients":   TopRecipients{},
+		"Refund":          gate.Refund{},
+		"RefundResult":    gate.RefundResult{},
+		"RefundPage":      gate.RefundPage{},
 		"Preferences":     gate.Preferences{},
 		"RuleStatus":      gate.RuleStatus{},
 		"RuleSet":         gate.RuleSet{},
@@ -142,7 +145,7 @@ func TestOpenAPIPathsAreServed(t *testing.T) {
 	}
 	for _, path := range []string{"/", "/healthz", "/readyz", "/metrics", "/v1/openapi.json", "/v1/rules",
 		"/v1/suppressions", "/v1/suppressions.csv", "/v1/reports/summary", "/v1/reports/timeseries",
-		"/v1/reports/top-recipients"} {
+		"/v1/reports/top-recipients", "/v1/refund", "/v1/refunds"} {
 		if _, ok := doc.Paths[path]; !ok {
 			t.Errorf("%s is served but not in the document", path)
 		}

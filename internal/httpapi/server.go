@@ -58,6 +58,10 @@ type Options struct {
 	ExportPageTimeout time.Duration
 	Metrics           *metrics.Metrics
 	Log               *slog.Logger
+	// Refunder and RefundLog, when set, serve POST /v1/refund and GET
+	// /v1/refunds.
+	Refunder  gate.Refunder
+	RefundLog RefundLister
 	// Checker serves POST /v1/check; nil answers it 404.
 	Checker Checker
 	// Preview serves POST /v1/rules/preview; nil answers it 404.
@@ -103,6 +107,9 @@ func NewServer(o Options) http.Handler {
 		"/v1/reports/timeseries":     nil,
 		"/v1/reports/top-recipients": nil,
 	}
+	if o.RefundLog != nil {
+		api["/v1/refunds"] = s.refunds
+	}
 	if o.Trends != nil {
 		api["/v1/reports/timeseries"] = s.timeseries
 		api["/v1/reports/top-recipients"] = s.topRecipients
@@ -116,6 +123,10 @@ func NewServer(o Options) http.Handler {
 	handle("/v1/check", s.auth(http.HandlerFunc(notPost)))
 	handle("/v1/rules/preview", s.auth(s.errors(s.preview)))
 	s.routePreferences(handle)
+	if o.Refunder != nil {
+		handle("POST /v1/refund", s.auth(http.HandlerFunc(s.refund)))
+		handle("/v1/refund", s.auth(http.HandlerFunc(notPost)))
+	}
 	// Every other /v1/ request: 405 on a known path, 404 elsewhere, both
 	// with the JSON error body of the API.
 	handle("/v1/", s.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -97,7 +97,8 @@ func (fakeRules) Status() gate.RuleStatus {
 
 func newTestServer(t *testing.T, st *fakeStore) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(NewServer(Options{Rules: fakeRules{}, Reports: st, Token: token}))
+	srv := httptest.NewServer(NewServer(Options{Rules: fakeRules{}, Reports: st, Token: token,
+		Refunder: fakeRefunder{}, RefundLog: fakeRefundLog{}}))
 	t.Cleanup(srv.Close)
 	return srv
 }
