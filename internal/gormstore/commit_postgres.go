@@ -225,8 +225,10 @@ func (c *suppressionColumns) add(r gate.Record, redact bool) {
 	c.heldAs = append(c.heldAs, string(p.HeldAs))
 }
 
-// args are the columns in the order of the statement's parameters $4-$20.
-// Empty columns are non-nil, so that they bind as empty arrays, not NULL.
+// args are the columns in the order of the audited CTE's unnest() arrays,
+// which commitOnPostgres passes right after the claim's; paramSeq numbers
+// them, so no comment has to. Empty columns are non-nil, so that they bind
+// as empty arrays, not NULL.
 func (c *suppressionColumns) args() []any {
 	return []any{
 		nonNil(c.key), nonNil(c.messageID), nonNil(c.scene), nonNil(c.recipient), nonNil(c.priority), nonNil(c.scope),
@@ -277,7 +279,8 @@ func (c *heldArrays) add(r gate.Record) {
 	c.payload = append(c.payload, h.Payload)
 }
 
-// args are the columns in the order of the statement's parameters $21-$35.
+// args are the columns in the order of the holds CTE's unnest() arrays,
+// right after the audit rows' (paramSeq numbers them).
 func (c *heldArrays) args() []any {
 	return []any{
 		nonNil(c.key), nonNil(c.messageID), nonNil(c.kind), nonNil(c.recipient), nonNil(c.queue), nonNil(c.scene),
