@@ -87,7 +87,11 @@ var csvHeader = []string{"id", "message_id", "decided_at", "scene", "recipient",
 	"held_as", "settled", "settled_at", "fallback", "digest_id",
 	// Added with calendar limits, last for the same reason: "day" or "week"
 	// where limit_window says 0s.
-	"limit_calendar"}
+	"limit_calendar",
+	// Added with rate limits, last again: the emission interval ("10m") of a
+	// rate limit, whose burst is limit_max; empty for other rows, as
+	// limit_calendar is, since the JSON rows omit both there.
+	"limit_rate"}
 
 // suppressionsCSV streams every suppression row that matches the filters,
 // newest first, up to limit rows (100,000 at most). The first page is read
@@ -167,8 +171,17 @@ func csvRecord(p gate.Suppression) []string {
 		strconv.Itoa(p.LimitMax), strconv.Itoa(p.CountSeen), strconv.FormatBool(p.Shadow), cell(p.Reason),
 		cell(p.RulesVersion), csvTime(p.NextAllowedAt), cell(p.Payload),
 		string(p.HeldAs), string(p.Settled), csvTime(p.SettledAt), string(p.Fallback), cell(p.DigestID),
-		string(p.LimitCalendar),
+		string(p.LimitCalendar), csvDuration(p.LimitRate),
 	}
+}
+
+// csvDuration is d as rule documents write it (as limit_window is), or
+// empty for none.
+func csvDuration(d gate.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return gate.FormatDuration(time.Duration(d))
 }
 
 // csvTime is t in RFC 3339 UTC, or empty for the zero time.

@@ -261,6 +261,10 @@ func TestSuppressionsCSV(t *testing.T) {
 	held(6, gate.HoldDefer, "", "", "")
 	// Held back by a calendar limit: its window says 0s, its period "day".
 	st.rows[7].LimitWindow, st.rows[7].LimitMax, st.rows[7].LimitCalendar = 0, 3, gate.CalendarDay
+	// Held back by a rate limit {rate: 1/10m, burst: 3}: window 0s, its
+	// interval in limit_rate and its burst in limit_max.
+	st.rows[8].LimitWindow, st.rows[8].LimitMax, st.rows[8].LimitRate = 0, 3, gate.Duration(10*time.Minute)
+	st.rows[8].CountSeen = 3
 	srv := newTestServer(t, st)
 
 	code, h, body := get(t, srv, "GET", "/v1/suppressions.csv", true)
@@ -305,16 +309,33 @@ func TestSuppressionsCSV(t *testing.T) {
 			got[7], got[8], got[20], recs[1][20])
 	}
 
-	code, _, body = get(t, srv, "GET", "/v1/suppressions?limit=8", true)
+	// limit_rate comes after limit_calendar, the last column before it.
+	if got := recs[9]; len(got) != 22 || got[7] != "0s" || got[8] != "3" || got[9] != "3" || got[20] != "" || got[21] != "10m" {
+		t.Errorf("rate row: %q; want 22 columns, window 0s, max 3, count 3, no calendar and limit_rate 10m", got)
+	}
+	if got := recs[1][21]; got != "" {
+		t.Errorf("limit_rate of a rolling limit's row: got %q, want empty", got)
+	}
+	if got := recs[8][21]; got != "" {
+		t.Errorf("limit_rate of a calendar limit's row: got %q, want empty", got)
+	}
+
+	code, _, body = get(t, srv, "GET", "/v1/suppressions?limit=9", true)
 	var page struct{ Items []map[string]any }
-	if err := json.Unmarshal([]byte(body), &page); code != http.StatusOK || err != nil || len(page.Items) != 8 {
-		t.Fatalf("list: %d, %v, %d rows; want 200 and 8 rows", code, err, len(page.Items))
+	if err := json.Unmarshal([]byte(body), &page); code != http.StatusOK || err != nil || len(page.Items) != 9 {
+		t.Fatalf("list: %d, %v, %d rows; want 200 and 9 rows", code, err, len(page.Items))
 	}
 	if got, ok := page.Items[0]["limit_calendar"]; ok {
 		t.Errorf("a rolling limit's row has limit_calendar %v, want it omitted", got)
 	}
 	if got := page.Items[7]["limit_calendar"]; got != "day" {
 		t.Errorf("a calendar limit's row has limit_calendar %v, want day", got)
+	}
+	if got, ok := page.Items[0]["limit_rate"]; ok {
+		t.Errorf("a rolling limit's row has limit_rate %v, want it omitted", got)
+	}
+	if got := page.Items[8]["limit_rate"]; got != "10m" {
+		t.Errorf("a rate limit's row has limit_rate %v, want 10m", got)
 	}
 
 	code, h, body = get(t, srv, "GET", "/v1/suppressions.csv?limit=1500", true)
