@@ -214,6 +214,8 @@ var suppressionHeader = []string{"decided_at", "scene", "recipient", "message_id
 func suppressionRow(s gate.Suppression) []string {
 	lim := s.Reason
 	switch {
+	case s.LimitMax > 0 && s.LimitRate > 0: // a rate limit: its max is a burst, its window 0
+		lim = fmt.Sprintf("%s %d burst, %s", s.Scope, s.LimitMax, gate.FormatRate(time.Duration(s.LimitRate)))
 	case s.LimitMax > 0 && s.LimitWindow > 0:
 		lim = fmt.Sprintf("%s %d/%s", s.Scope, s.LimitMax, gate.FormatDuration(time.Duration(s.LimitWindow)))
 	case s.LimitMax > 0 && s.LimitCalendar != "": // a calendar limit has no window

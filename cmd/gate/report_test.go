@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/csv"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -101,6 +102,56 @@ func TestSuppressionOutcome(t *testing.T) {
 		if got := suppressionRow(row)[4]; got != want {
 			t.Errorf("limit of a calendar-limit row (%q): got %q, want %q", cal, got, want)
 		}
+	}
+}
+
+// TestSuppressionRowRateLimit: a row held back by a rate limit names its
+// burst and rate in every format, where its window alone (0s) would read as
+// a calendar limit's.
+func TestSuppressionRowRateLimit(t *testing.T) {
+	row := gate.Suppression{MessageID: "m4", Scene: "chat.mention", Reason: gate.ReasonLimit, Scope: gate.ScopeScene,
+		LimitMax: 3, LimitRate: gate.Duration(10 * time.Minute), CountSeen: 3,
+		DecidedAt: time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC), NextAllowedAt: time.Date(2026, 11, 24, 9, 10, 0, 0, time.UTC)}
+	caps := row
+	caps.Scope, caps.LimitMax, caps.LimitRate = gate.ScopeRecipient, 10, gate.Duration(90*time.Second)
+	for _, tt := range []struct {
+		row  gate.Suppression
+		want string
+	}{
+		{row, "scene 3 burst, 1/10m"},
+		{caps, "recipient 10 burst, 1/1m30s"},
+	} {
+		if got := suppressionRow(tt.row)[4]; got != tt.want {
+			t.Errorf("limit of a rate-limit row (%s every %v): got %q, want %q", tt.row.Scope, time.Duration(tt.row.LimitRate), got, tt.want)
+		}
+	}
+
+	var out strings.Builder
+	if err := printSuppressions(&out, "table", []gate.Suppression{row}); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n"); len(lines) != 2 || !strings.Contains(lines[1], "  scene 3 burst, 1/10m  ") {
+		t.Errorf("table:\n%s\nwant one row whose limit column reads \"scene 3 burst, 1/10m\"", out.String())
+	}
+
+	out.Reset()
+	if err := printSuppressions(&out, "csv", []gate.Suppression{row}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(strings.NewReader(out.String())).ReadAll()
+	if err != nil || len(recs) != 2 || recs[0][4] != "limit" || recs[1][4] != "scene 3 burst, 1/10m" || recs[1][5] != "3" ||
+		recs[1][6] != "2026-11-24T09:10:00Z" {
+		t.Errorf("csv: %v\n%s\nwant limit \"scene 3 burst, 1/10m\", count 3, next allowed 09:10", err, out.String())
+	}
+
+	out.Reset()
+	if err := printSuppressions(&out, "json", []gate.Suppression{row}); err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil || len(got) != 1 ||
+		got[0]["limit_rate"] != "10m" || got[0]["limit_max"] != 3.0 || got[0]["limit_window"] != "0s" {
+		t.Errorf("json: %v\n%s\nwant limit_rate 10m, limit_max 3, limit_window 0s", err, out.String())
 	}
 }
 
