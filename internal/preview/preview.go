@@ -34,10 +34,13 @@ type Options struct {
 }
 
 // Replayer is a gate.Previewer over a ledger. It is safe for concurrent
-// use: each preview has windows of its own.
+// use, and runs one preview at a time: each holds windows of its own (tens
+// of megabytes for a busy week) and a core while it runs, so concurrent
+// requests wait their turn, or their context's end, rather than add up.
 type Replayer struct {
 	ledger Ledger
 	max    int64
+	turn   chan struct{}
 }
 
 var _ gate.Previewer = (*Replayer)(nil)
@@ -47,7 +50,7 @@ func New(ledger Ledger, opts Options) *Replayer {
 	if opts.MaxDecisions <= 0 {
 		opts.MaxDecisions = DefaultMaxDecisions
 	}
-	return &Replayer{ledger: ledger, max: opts.MaxDecisions}
+	return &Replayer{ledger: ledger, max: opts.MaxDecisions, turn: make(chan struct{}, 1)}
 }
 
 // Preview parses doc as a rule document (rules.Parse, as Nacos documents
@@ -63,6 +66,12 @@ func (r *Replayer) Preview(ctx context.Context, doc []byte, since, until time.Ti
 
 // Replay replays the decisions of [since, until) against rs.
 func (r *Replayer) Replay(ctx context.Context, rs *gate.RuleSet, since, until time.Time) (*gate.RulePreview, error) {
+	select {
+	case r.turn <- struct{}{}:
+		defer func() { <-r.turn }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("preview: wait for the preview before: %w", ctx.Err())
+	}
 	rp := newReplay(rs, r.max)
 	err := r.ledger.LedgerRange(ctx, since, until, func(page []gate.LedgerEntry) error {
 		if err := ctx.Err(); err != nil {

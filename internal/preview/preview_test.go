@@ -323,3 +323,42 @@ scenes:
 `, es)
 	wantCounts(t, "now", sceneOf(t, p, "r").Now, gate.PreviewCounts{Forwarded: 3, Suppressed: 9})
 }
+
+// blockingLedger holds its first caller until release is closed.
+type blockingLedger struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (l *blockingLedger) LedgerRange(ctx context.Context, _, _ time.Time, _ func([]gate.LedgerEntry) error) error {
+	l.entered <- struct{}{}
+	<-l.release
+	return nil
+}
+
+func TestOnePreviewAtATime(t *testing.T) {
+	l := &blockingLedger{entered: make(chan struct{}, 2), release: make(chan struct{})}
+	r := New(l, Options{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := r.Preview(context.Background(), []byte("scenes: {}"), t0, t0.Add(time.Hour))
+		first <- err
+	}()
+	<-l.entered
+	// A second preview waits for the first; its context ends first.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := r.Preview(ctx, []byte("scenes: {}"), t0, t0.Add(time.Hour)); !errors.Is(err, context.Canceled) {
+		t.Errorf("second preview while the first runs: %v, want context.Canceled", err)
+	}
+	if len(l.entered) != 0 {
+		t.Error("the second preview read the ledger while the first ran")
+	}
+	close(l.release)
+	if err := <-first; err != nil {
+		t.Errorf("first preview: %v", err)
+	}
+	if _, err := r.Preview(context.Background(), []byte("scenes: {}"), t0, t0.Add(time.Hour)); err != nil {
+		t.Errorf("a preview after the first: %v", err)
+	}
+}
