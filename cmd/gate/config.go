@@ -52,6 +52,7 @@ type config struct {
 	ShutdownTimeout  time.Duration
 	ReleaseInterval  time.Duration
 	PreviewMax       int       // GATE_PREVIEW_MAX_DECISIONS
+	PreferencesCache int       // GATE_PREFERENCES_CACHE
 	TestClock        time.Time // zero: the real clock
 
 	// explicit holds the flags whose value came from a flag or a variable
@@ -141,6 +142,14 @@ func settings(c *config) []setting {
 		{"retry-max", "GATE_RETRY_MAX", "30s", "longest delay before a message that met a transient failure is retried", false, dur(&c.RetryMax)},
 		{"redact-payload", "GATE_REDACT_PAYLOAD", "false", "leave the payload out of suppression rows", false, boolean(&c.RedactPayload)},
 		{"preview-max-decisions", "GATE_PREVIEW_MAX_DECISIONS", "2000000", "most ledger rows one rule preview replays (POST /v1/rules/preview); a preview that reaches it says so", false, num(&c.PreviewMax)},
+		{"preferences-cache", "GATE_PREFERENCES_CACHE", "100000", "most recipients whose preferences (or lack of them) each gate keeps in memory; a change reaches every gate within about a second whatever the size", false, func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("want a whole number from 1, got %q", v)
+			}
+			c.PreferencesCache = n
+			return nil
+		}},
 		{"ledger-retention", "GATE_LEDGER_RETENTION", "168h", "how long decided message ids are remembered for de-duplication", false, dur(&c.LedgerRetention)},
 		{"audit-retention", "GATE_AUDIT_RETENTION", "90d", "how long suppression rows are kept, as a Go duration or days (90d); 0 keeps them forever", false, func(v string) error {
 			d, err := gate.ParseDuration(v)

@@ -24,6 +24,7 @@ import (
 	"github.com/antifatigue/gate/internal/nacosrules"
 	"github.com/antifatigue/gate/internal/natsbus"
 	"github.com/antifatigue/gate/internal/pipeline"
+	"github.com/antifatigue/gate/internal/prefcache"
 	"github.com/antifatigue/gate/internal/preview"
 	"github.com/antifatigue/gate/internal/redisstore"
 	"github.com/antifatigue/gate/internal/rules"
@@ -144,8 +145,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		return err
 	}
 
+	// Each gate reads preferences through a cache it keeps fresh (Run).
+	prefs := prefcache.New(audit, prefcache.Options{Size: c.PreferencesCache, Log: log})
 	p, err := pipeline.New(pipeline.Options{
-		Rules: live, Store: store, Audit: audit, Holds: audit, Forwarder: bus, Metrics: m, Log: log,
+		Rules: live, Store: store, Audit: audit, Holds: audit, Forwarder: bus, Metrics: m, Log: log, Preferences: prefs,
 		MaxMessageBytes: c.MaxMessageBytes, Now: now,
 	})
 	if err != nil {
@@ -167,7 +170,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		return fmt.Errorf("http listen on %s: %w", c.HTTPAddr, err)
 	}
 	srv := newHTTPServer(httpapi.NewServer(httpapi.Options{
-		Rules: live, Reports: audit, Token: c.APIToken, AllowedHosts: c.HTTPAllowedHosts, Metrics: m, Log: log,
+		Rules: live, Reports: audit, Token: c.APIToken, AllowedHosts: c.HTTPAllowedHosts, Metrics: m, Log: log, Preferences: prefs,
 		Refunder: refunder, RefundLog: audit,
 		Preview: preview.New(audit, preview.Options{MaxDecisions: int64(c.PreviewMax)}),
 		Checks: scrub.checks(map[string]httpapi.Check{
@@ -209,6 +212,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	}
 	wg.Go(func() { pruneLoop(consumeCtx, audit, c.AuditRetention, log) })
 	wg.Go(func() { releaser.Run(consumeCtx) })
+	wg.Go(func() { prefs.Run(consumeCtx) })
 	wg.Go(func() {
 		if err := bus.ConsumeRefunds(consumeCtx, refunder, natsbus.RefundOptions{RetryMax: c.RetryMax, Metrics: m}); err != nil {
 			log.Error("refund consumer stopped", "err", err)
