@@ -80,15 +80,18 @@ type RulePreview struct {
 	Version string    `json:"version"`
 	Since   time.Time `json:"since"`
 	Until   time.Time `json:"until"`
-	// Decisions is how many ledger rows were read; Replayed how many of
-	// them were decided again (invalid and parked ones are not, nor are
-	// NotReplayable ones: rows written before the ledger kept the scene and
-	// recipient, which are left out of Scenes and Total).
+	// Decisions is how many ledger rows of the period were read; Replayed
+	// how many of them were decided again (invalid and parked ones are not,
+	// nor are NotReplayable ones: rows written before the ledger kept the
+	// scene and recipient, which are left out of Scenes and Total). The
+	// decisions of the longest limit's span before Since are replayed too,
+	// to fill the windows as they were, and counted in neither.
 	Decisions     int64 `json:"decisions"`
 	Replayed      int64 `json:"replayed"`
 	NotReplayable int64 `json:"not_replayable"`
-	// Truncated is set when the preview stopped at its bound of decisions
-	// (Limit) before Until: the counts cover [Since, ReachedAt] only.
+	// Truncated is set when the preview stopped at its bound of rows
+	// replayed (Limit, the warm-up before Since included) before Until: the
+	// counts cover [Since, ReachedAt] only.
 	Truncated bool      `json:"truncated"`
 	Limit     int64     `json:"limit"`
 	ReachedAt time.Time `json:"reached_at,omitzero"`

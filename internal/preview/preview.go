@@ -72,8 +72,8 @@ func (r *Replayer) Replay(ctx context.Context, rs *gate.RuleSet, since, until ti
 	case <-ctx.Done():
 		return nil, fmt.Errorf("preview: wait for the preview before: %w", ctx.Err())
 	}
-	rp := newReplay(rs, r.max)
-	err := r.ledger.LedgerRange(ctx, since, until, func(page []gate.LedgerEntry) error {
+	rp := newReplay(rs, r.max, since)
+	err := r.ledger.LedgerRange(ctx, since.Add(-warmup(rs)), until, func(page []gate.LedgerEntry) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/rules"
 )
 
 // sliceLedger is a ledger in a slice, already in time order, handed out in
@@ -361,4 +362,64 @@ func TestOnePreviewAtATime(t *testing.T) {
 	if _, err := r.Preview(context.Background(), []byte("scenes: {}"), t0, t0.Add(time.Hour)); err != nil {
 		t.Errorf("a preview after the first: %v", err)
 	}
+}
+
+func TestWindowsStartWithTheDecisionsBefore(t *testing.T) {
+	// One an hour. A forward 30 minutes before since fills the window: the
+	// message 10 minutes after since would be suppressed, as the gate's
+	// own windows would have done; the one before is not counted.
+	since := t0
+	es := []gate.LedgerEntry{
+		{Key: "long-before", Scene: "a", Recipient: "open_id:u1", Outcome: gate.OutcomeForward, At: since.Add(-3 * time.Hour)},
+		{Key: "before", Scene: "a", Recipient: "open_id:u1", Outcome: gate.OutcomeForward, At: since.Add(-30 * time.Minute)},
+		{Key: "after", Scene: "a", Recipient: "open_id:u1", Outcome: gate.OutcomeSuppress, At: since.Add(10 * time.Minute)},
+		{Key: "later", Scene: "a", Recipient: "open_id:u1", Outcome: gate.OutcomeForward, At: since.Add(40 * time.Minute)},
+	}
+	l := &countingLedger{sliceLedger: sliceLedger{entries: es, pageSize: 10}}
+	p, err := New(l, Options{}).Preview(context.Background(), []byte("scenes: {a: {limits: [{window: 1h, max: 1}]}}"), since, since.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sceneOf(t, p, "a")
+	wantCounts(t, "then", s.Then, gate.PreviewCounts{Forwarded: 1, Suppressed: 1})
+	wantCounts(t, "now", s.Now, gate.PreviewCounts{Forwarded: 1, Suppressed: 1})
+	if p.Decisions != 2 || p.Replayed != 2 {
+		t.Errorf("decisions %d replayed %d, want 2 2 (the warm-up uncounted)", p.Decisions, p.Replayed)
+	}
+	if want := since.Add(-time.Hour); !l.since.Equal(want) {
+		t.Errorf("read the ledger from %v, want %v (the longest window before since)", l.since, want)
+	}
+}
+
+func TestWarmupSpan(t *testing.T) {
+	for _, tc := range []struct {
+		doc  string
+		want time.Duration
+	}{
+		{"scenes: {a: {limits: [{window: 1h, max: 1}]}}", time.Hour},
+		{"recipient_caps: [{window: 24h, max: 5}]\nscenes: {a: {limits: [{window: 1h, max: 1}]}}", 24 * time.Hour},
+		{"scenes: {a: {limits: [{calendar: day, max: 1}]}}", 48 * time.Hour},
+		{"scenes: {a: {limits: [{calendar: week, max: 1}]}}", 8 * 24 * time.Hour},
+		{"scenes: {a: {limits: [{window: 30d, max: 1}]}}", 8 * 24 * time.Hour},
+		{"scenes: {a: {limits: [{rate: 1/10m, burst: 3}]}}", 30 * time.Minute},
+	} {
+		rs, err := rules.Parse("t", []byte(tc.doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := warmup(rs); got != tc.want {
+			t.Errorf("%s: warm-up %v, want %v", tc.doc, got, tc.want)
+		}
+	}
+}
+
+// countingLedger is a sliceLedger that remembers the since it was asked.
+type countingLedger struct {
+	sliceLedger
+	since time.Time
+}
+
+func (l *countingLedger) LedgerRange(ctx context.Context, since, until time.Time, fn func([]gate.LedgerEntry) error) error {
+	l.since = since
+	return l.sliceLedger.LedgerRange(ctx, since, until, fn)
 }

@@ -17,17 +17,50 @@ import (
 var Notes = []string{
 	"deferred and digested messages are counted as held when decided; their release, fallback or digest is not simulated",
 	"a message that would have been queued behind held messages of its recipient is decided on its own windows",
-	"windows start empty at since: messages decided before it do not count toward the limits",
+	"the windows start with the decisions of the longest limit's span before since (at most 8 days), which are replayed but not counted",
 	"invalid and parked messages are not replayed: they are counted as they were",
+}
+
+// maxWarmup bounds how far before since a preview reads to fill its
+// windows: a calendar week and a day of zone offsets.
+const maxWarmup = 8 * 24 * time.Hour
+
+// warmup is how far back from a period's start a decision can still count
+// in a window of rs: the longest rolling window, the longest calendar
+// period (a week, or a day, plus a zone's offset), a rate limit's burst.
+func warmup(rs *gate.RuleSet) time.Duration {
+	var d time.Duration
+	span := func(ls []gate.Limit) {
+		for _, l := range ls {
+			switch {
+			case l.Calendar == gate.CalendarWeek:
+				d = max(d, maxWarmup)
+			case l.Calendar == gate.CalendarDay:
+				d = max(d, 2*24*time.Hour)
+			case l.Rate > 0:
+				d = max(d, l.Rate*time.Duration(l.Max))
+			default:
+				d = max(d, l.Window)
+			}
+		}
+	}
+	span(rs.RecipientCaps)
+	for _, r := range rs.Scenes {
+		span(r.Limits)
+	}
+	return min(d, maxWarmup)
 }
 
 // replay is one preview in progress: the proposed rules, windows of its
 // own on a clock that is each decision's time, and the counts so far.
+// Decisions before since only fill the windows.
 type replay struct {
 	rs    *gate.RuleSet
 	store *inmem.Store
 	clock time.Time
 	max   int64
+	since time.Time
+	work  int64 // rows replayed, warm-up included: what max bounds
 
 	scenes        map[string]*gate.ScenePreview
 	zones         map[string]*time.Location
@@ -39,8 +72,8 @@ type replay struct {
 	req           [1]gate.AdmitRequest
 }
 
-func newReplay(rs *gate.RuleSet, max int64) *replay {
-	rp := &replay{rs: rs, max: max, scenes: map[string]*gate.ScenePreview{}, zones: map[string]*time.Location{}}
+func newReplay(rs *gate.RuleSet, max int64, since time.Time) *replay {
+	rp := &replay{rs: rs, max: max, since: since, scenes: map[string]*gate.ScenePreview{}, zones: map[string]*time.Location{}}
 	// A sweep walks every window: one a minute of ledger time, the store's
 	// default, would walk them all every few hundred decisions of a busy
 	// ledger. One an hour keeps expired windows at most an hour longer.
@@ -52,9 +85,16 @@ func newReplay(rs *gate.RuleSet, max int64) *replay {
 // of decisions is reached and there is more.
 func (rp *replay) page(ctx context.Context, page []gate.LedgerEntry) error {
 	for i := range page {
-		if rp.read >= rp.max {
+		if rp.work >= rp.max {
 			rp.truncated = true
 			return errEnough
+		}
+		rp.work++
+		if page[i].At.Before(rp.since) {
+			if err := rp.warm(ctx, &page[i]); err != nil {
+				return err
+			}
+			continue
 		}
 		rp.read++
 		if err := rp.entry(ctx, &page[i]); err != nil {
@@ -86,6 +126,15 @@ func (rp *replay) entry(ctx context.Context, e *gate.LedgerEntry) error {
 	s.Then.Add(e.Outcome, false)
 	s.Now.Add(d.Outcome, d.Shadow)
 	return nil
+}
+
+// warm replays a decision before the period into the windows, uncounted.
+func (rp *replay) warm(ctx context.Context, e *gate.LedgerEntry) error {
+	if e.Outcome == gate.OutcomeInvalid || e.Outcome == gate.OutcomeParked || e.Scene == "" || e.Recipient == "" {
+		return nil
+	}
+	_, err := rp.decide(ctx, e)
+	return err
 }
 
 // decide decides e's message under the proposed rules at e's time, as the
