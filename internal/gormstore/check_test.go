@@ -1,0 +1,137 @@
+package gormstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/migrations"
+)
+
+func TestCheckAnswersPostgres(t *testing.T) { runCheckAnswers(t, postgresOptions) }
+func TestCheckAnswersSQLite(t *testing.T)   { runCheckAnswers(t, sqliteOptions) }
+
+// runCheckAnswers is what both dialects must do with check answers.
+func runCheckAnswers(t *testing.T, fresh freshFunc) {
+	t.Run("RoundTripFirstStays", func(t *testing.T) { testCheckAnswerRoundTrip(t, fresh) })
+	t.Run("LedgerOutcome", func(t *testing.T) { testCheckAnswerLedger(t, fresh) })
+	t.Run("ConcurrentSaves", func(t *testing.T) { testCheckAnswerConcurrent(t, fresh) })
+	t.Run("Prune", func(t *testing.T) { testCheckAnswerPrune(t, fresh) })
+	t.Run("RefusedID", func(t *testing.T) { testCheckAnswerRefused(t, fresh) })
+}
+
+// checkAnswer is a refused check's answer decided at at.
+func checkAnswer(at time.Time, count int) gate.CheckAnswer {
+	w := gate.Duration(time.Hour)
+	next := at.Add(time.Hour)
+	return gate.CheckAnswer{Decision: gate.OutcomeSuppress, Limit: &gate.CheckLimit{Scope: gate.ScopeScene, Window: &w, Max: 3},
+		Count: count, NextAllowedAt: &next, RulesVersion: "v1", Reason: gate.ReasonLimit, DecidedAt: at}
+}
+
+func testCheckAnswerRoundTrip(t *testing.T, fresh freshFunc) {
+	s := MustOpen(t, fresh(t))
+	ctx := context.Background()
+	if _, found, prior, err := s.Answer(ctx, "c1"); err != nil || found || prior != (gate.Prior{}) {
+		t.Fatalf("unknown id: got found %v, prior %+v, err %v; want nothing", found, prior, err)
+	}
+	first := checkAnswer(t0, 3)
+	if err := s.Save(ctx, "c1", first); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(ctx, "c1", checkAnswer(t0.Add(time.Minute), 1)); err != nil {
+		t.Fatalf("a second save must change nothing and succeed: %v", err)
+	}
+	got, found, _, err := s.Answer(ctx, "c1")
+	if err != nil || !found {
+		t.Fatalf("got found %v, err %v", found, err)
+	}
+	if !reflect.DeepEqual(got, first) {
+		t.Errorf("got  %+v\nwant the first answer %+v", got, first)
+	}
+}
+
+func testCheckAnswerLedger(t *testing.T, fresh freshFunc) {
+	s := MustOpen(t, fresh(t))
+	ctx := context.Background()
+	MustCommit(t, s, record("m1", "disk", gate.OutcomeDrop, t0))
+	_, found, prior, err := s.Answer(ctx, "m1")
+	if err != nil || found {
+		t.Fatalf("got found %v, err %v; want no stored answer", found, err)
+	}
+	if prior.Outcome != gate.OutcomeDrop || !prior.At.Equal(t0) {
+		t.Errorf("prior: got %+v, want drop at %v", prior, t0)
+	}
+	MustCommit(t, s, record("c2", "disk", gate.OutcomeSuppress, t0))
+	if err := s.Save(ctx, "c2", checkAnswer(t0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, prior, err := s.Answer(ctx, "c2"); err != nil || !found || prior.Outcome != gate.OutcomeSuppress {
+		t.Errorf("got found %v, prior %+v, err %v; want the answer and the ledger's suppress", found, prior, err)
+	}
+}
+
+func testCheckAnswerConcurrent(t *testing.T, fresh freshFunc) {
+	s := MustOpen(t, fresh(t))
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Go(func() { errs <- s.Save(ctx, "same", checkAnswer(t0, i)) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("concurrent save: %v", err)
+		}
+	}
+	if n := countRows(t, s, "check_answers"); n != 1 {
+		t.Errorf("got %d rows, want 1", n)
+	}
+}
+
+func testCheckAnswerPrune(t *testing.T, fresh freshFunc) {
+	o := fresh(t)
+	o.LedgerRetention = time.Hour
+	s := MustOpen(t, o)
+	ctx := context.Background()
+	for i := range 3 {
+		if err := s.Save(ctx, fmt.Sprintf("old-%d", i), checkAnswer(t0, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Save(ctx, "young", checkAnswer(t0.Add(90*time.Minute), 1)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.PruneCheckAnswers(ctx, t0.Add(2*time.Hour))
+	if err != nil || n != 3 {
+		t.Fatalf("pruned %d, err %v; want the 3 answers older than the retention", n, err)
+	}
+	if _, found, _, err := s.Answer(ctx, "young"); err != nil || !found {
+		t.Errorf("the answer within the retention: found %v, err %v", found, err)
+	}
+	if _, found, _, _ := s.Answer(ctx, "old-0"); found {
+		t.Error("a pruned answer is still found")
+	}
+}
+
+func testCheckAnswerRefused(t *testing.T, fresh freshFunc) {
+	o := fresh(t)
+	s := MustOpen(t, o)
+	_, _, _, err := s.Answer(context.Background(), "bad\xffid")
+	if s.dialect.name == migrations.SQLite {
+		// SQLite keeps any bytes as text.
+		if err != nil {
+			t.Errorf("sqlite: %v", err)
+		}
+		return
+	}
+	if !errors.Is(err, gate.ErrPermanent) {
+		t.Errorf("got %v, want an error wrapping gate.ErrPermanent", err)
+	}
+}
