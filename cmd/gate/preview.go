@@ -102,7 +102,7 @@ func newAPIClient(server, token string) *apiClient {
 	}
 	// A preview replays up to GATE_PREVIEW_MAX_DECISIONS rows: give it
 	// longer than a report query.
-	return &apiClient{base: strings.TrimRight(server, "/"), token: token, http: &http.Client{Timeout: 2 * time.Minute}}
+	return &apiClient{base: strings.TrimRight(server, "/"), token: token, http: &http.Client{Timeout: 2 * time.Minute}, name: "preview"}
 }
 
 // preview asks the gate to replay the decisions since since against doc.

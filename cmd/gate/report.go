@@ -112,6 +112,15 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 type apiClient struct {
 	base, token string
 	http        *http.Client
+	name        string // what its errors say they are from; "" is report
+}
+
+// what names the client in its errors.
+func (c *apiClient) what() string {
+	if c.name == "" {
+		return "report"
+	}
+	return c.name
 }
 
 func (c *apiClient) get(ctx context.Context, path string, q url.Values, out any) error {
@@ -123,30 +132,30 @@ func (c *apiClient) get(ctx context.Context, path string, q url.Values, out any)
 func (c *apiClient) do(ctx context.Context, method, path string, q url.Values, reqBody io.Reader, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path+"?"+q.Encode(), reqBody)
 	if err != nil {
-		return fmt.Errorf("report: %w", err)
+		return fmt.Errorf("%s: %w", c.what(), err)
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("report: is the gate running at %s? %w", c.base, err)
+		return fmt.Errorf("%s: is the gate running at %s? %w", c.what(), c.base, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("report: read %s: %w", path, err)
+		return fmt.Errorf("%s: read %s: %w", c.what(), path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct{ Error string }
 		_ = json.Unmarshal(body, &e)
 		if resp.StatusCode == http.StatusUnauthorized {
-			return fmt.Errorf("report: %s: %s (set GATE_API_TOKEN)", resp.Status, e.Error)
+			return fmt.Errorf("%s: %s: %s (set GATE_API_TOKEN)", c.what(), resp.Status, e.Error)
 		}
-		return fmt.Errorf("report: %s: %s", resp.Status, e.Error)
+		return fmt.Errorf("%s: %s: %s", c.what(), resp.Status, e.Error)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("report: decode %s: %w", path, err)
+		return fmt.Errorf("%s: decode %s: %w", c.what(), path, err)
 	}
 	return nil
 }
