@@ -21,6 +21,9 @@ func pruneLoop(ctx context.Context, audit *gormstore.Store, auditRetention time.
 			if _, err := audit.Prune(ctx, time.Now()); err != nil {
 				log.Warn("pruning the decision ledger failed; will try again in an hour", "err", err)
 			}
+			if _, err := audit.PruneCheckAnswers(ctx, time.Now()); err != nil {
+				log.Warn("pruning the stored check answers failed; will try again in an hour", "err", err)
+			}
 			if auditRetention <= 0 {
 				continue
 			}

@@ -154,6 +154,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	if err != nil {
 		return err
 	}
+	checker, err := pipeline.NewChecker(pipeline.CheckOptions{
+		Rules: live, Store: store, Audit: audit, Answers: audit, Holds: audit, Preferences: prefs, Metrics: m, Log: log, Now: now,
+	})
+	if err != nil {
+		return err
+	}
 	releaser, err := newReleaser(c, now, live, store, audit, bus, m, log)
 	if err != nil {
 		return err
@@ -172,6 +178,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	srv := newHTTPServer(httpapi.NewServer(httpapi.Options{
 		Rules: live, Reports: audit, Token: c.APIToken, AllowedHosts: c.HTTPAllowedHosts, Metrics: m, Log: log, Preferences: prefs,
 		Refunder: refunder, RefundLog: audit,
+		Checker: checker,
 		Preview: preview.New(audit, preview.Options{MaxDecisions: int64(c.PreviewMax)}),
 		Checks: scrub.checks(map[string]httpapi.Check{
 			"nats":         bus.Ping,
@@ -210,6 +217,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 			}
 		})
 	}
+	wg.Go(func() {
+		if err := bus.ServeChecks(consumeCtx, checker.Check, natsbus.CheckOptions{}); err != nil {
+			log.Error("gate.check stopped: checks are answered on HTTP only", "err", err)
+		}
+	})
 	wg.Go(func() { pruneLoop(consumeCtx, audit, c.AuditRetention, log) })
 	wg.Go(func() { releaser.Run(consumeCtx) })
 	wg.Go(func() { prefs.Run(consumeCtx) })
