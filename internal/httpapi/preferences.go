@@ -85,7 +85,7 @@ func (s *server) putPreferences(w http.ResponseWriter, r *http.Request, _ url.Va
 		return err
 	}
 	p := gate.Preferences{Recipient: key, MutedScenes: b.MutedScenes, DigestScenes: b.DigestOnly}
-	if b.MutedUntil != nil && *b.MutedUntil != "" {
+	if b.MutedUntil != nil {
 		// RFC 3339 lets T and Z be lower case; Go's layout does not.
 		if p.MutedUntil, err = time.Parse(time.RFC3339Nano, strings.ToUpper(*b.MutedUntil)); err != nil {
 			return badRequest("muted_until must be an RFC 3339 time such as 2026-11-22T08:00:00Z, got %q", *b.MutedUntil)
@@ -113,6 +113,10 @@ func readPreferences(w http.ResponseWriter, r *http.Request) (preferencesBody, e
 			return b, badRequest("body is over the limit of %d bytes", maxPreferencesBody)
 		}
 		return b, badRequest("reading the body: %v", err)
+	}
+	// Decode takes null for an empty object: a PUT must say what it puts.
+	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {
+		return b, badRequest("body must be a JSON object with muted_scenes, muted_until and digest_only")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
