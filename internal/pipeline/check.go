@@ -74,9 +74,10 @@ var ErrCheckStore = errors.New("check could not be answered")
 // every later check of the id gets it back, marked duplicate, with nothing
 // counted again. An id the ledger holds without a stored answer (a message
 // on gate.in decided under it) answers with that outcome. Two checks of one
-// id at once both claim it in the ledger; the one the ledger refuses takes
-// its admission back out of the windows and answers with the first one's
-// answer.
+// id at once both claim it in the ledger; the one the ledger refuses answers
+// with the first one's answer, and takes an admission it recorded back out
+// of the windows unless the first was admitted too: a window holds an id
+// once, so that admission is the first one's slot.
 func (c *Checker) Check(ctx context.Context, body []byte) (a gate.CheckAnswer, err error) {
 	defer func() { c.count(a, err) }()
 	req, err := gate.ParseCheck(body, c.o.MaxBytes)
@@ -113,8 +114,15 @@ func (c *Checker) Check(ctx context.Context, body []byte) (a gate.CheckAnswer, e
 		return gate.CheckAnswer{}, c.failed("audit", "commit", err)
 	}
 	if len(known) > 0 {
-		c.forget(ctx, forget)
-		return c.first(ctx, m.ID)
+		// The id was claimed first by another check (or a message). A
+		// window counts an id once, whichever ask recorded it: when the
+		// first was admitted, the slot this check recorded is its slot
+		// too, and stays; otherwise it is taken back.
+		first, err := c.first(ctx, m.ID)
+		if err != nil || !first.Admitted {
+			c.forget(ctx, forget)
+		}
+		return first, err
 	}
 	// A failure to store the answer leaves the ledger's outcome, which a
 	// second ask answers with (PriorAnswer): the decision stands either way.
@@ -126,7 +134,9 @@ func (c *Checker) Check(ctx context.Context, body []byte) (a gate.CheckAnswer, e
 }
 
 // answered looks id up among the stored answers and in the ledger: a check
-// of an id decided before gets that decision back.
+// of an id decided before gets that decision back. An id in the ledger
+// without an answer is a message decided on gate.in, or a check storing
+// its answer now, which first waits for a moment.
 func (c *Checker) answered(ctx context.Context, id string) (gate.CheckAnswer, bool, error) {
 	done := startTimer(c.o.Metrics, "audit", "check_answer")
 	a, found, prior, err := c.o.Answers.Answer(ctx, id)
@@ -138,7 +148,10 @@ func (c *Checker) answered(ctx context.Context, id string) (gate.CheckAnswer, bo
 		a.Duplicate, a.DryRun = true, false
 		return a, true, nil
 	case prior.Outcome != "":
-		return gate.PriorAnswer(prior), true, nil
+		// A check that claimed the id a moment ago stores its answer
+		// right after: waited for, before the ledger's outcome stands in.
+		a, err := c.first(ctx, id)
+		return a, true, err
 	}
 	return gate.CheckAnswer{}, false, nil
 }

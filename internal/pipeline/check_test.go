@@ -316,16 +316,17 @@ func TestCheckIDDecidedOnGateIn(t *testing.T) {
 }
 
 // TestCheckClaimedConcurrently: the ledger finds the id claimed by another
-// check between this one's lookup and its commit. This one takes its slot
-// back and answers with the other's answer, once it is stored.
+// check between this one's lookup and its commit, which refused it. This
+// one takes its slot back and answers with the other's answer, once it is
+// stored.
 func TestCheckClaimedConcurrently(t *testing.T) {
 	f := newCheckFixture(t)
-	other := gate.CheckAnswer{Decision: gate.OutcomeForward, Admitted: true, Count: 1, RulesVersion: "v7", DecidedAt: f.now}
+	other := gate.CheckAnswer{Decision: gate.OutcomeSuppress, Count: 2, RulesVersion: "v7", DecidedAt: f.now}
 	f.ledger.mayCommitAgain("c1")
 	f.ledger.fail = func(recs []gate.Record) error {
 		// The other check commits first, and stores its answer after this
 		// one's first two lookups.
-		f.ledger.priors["c1"] = gate.Prior{Outcome: gate.OutcomeForward, At: f.now}
+		f.ledger.priors["c1"] = gate.Prior{Outcome: gate.OutcomeSuppress, At: f.now}
 		f.answers.mu.Lock()
 		f.answers.answers["c1"] = other
 		f.answers.hide["c1"] = 2
@@ -334,7 +335,7 @@ func TestCheckClaimedConcurrently(t *testing.T) {
 		return nil
 	}
 	a := f.check(t, checkBody("c1", "s", ""))
-	if !a.Duplicate || a.Count != 1 || !a.DecidedAt.Equal(f.now) || a.Decision != gate.OutcomeForward {
+	if !a.Duplicate || a.Count != 2 || !a.DecidedAt.Equal(f.now) || a.Decision != gate.OutcomeSuppress {
 		t.Errorf("got %+v, want the other check's answer, as a duplicate", a)
 	}
 	if !slices.Equal(f.store.forgot, []string{"c1"}) || f.store.taken("s") != 0 {
@@ -342,6 +343,27 @@ func TestCheckClaimedConcurrently(t *testing.T) {
 	}
 	if f.answers.saved != 0 {
 		t.Error("the check that lost the claim stored its answer")
+	}
+}
+
+// TestCheckClaimedByAnAdmission: the check that claimed the id first was
+// admitted; the window holds the id once, so the slot this check recorded
+// is that one's, and stays.
+func TestCheckClaimedByAnAdmission(t *testing.T) {
+	f := newCheckFixture(t)
+	other := gate.CheckAnswer{Decision: gate.OutcomeForward, Admitted: true, Count: 1, RulesVersion: "v7", DecidedAt: f.now}
+	f.ledger.mayCommitAgain("c1")
+	f.ledger.fail = func([]gate.Record) error {
+		f.ledger.priors["c1"] = gate.Prior{Outcome: gate.OutcomeForward, At: f.now}
+		f.answers.answers["c1"] = other
+		f.ledger.fail = nil
+		return nil
+	}
+	if a := f.check(t, checkBody("c1", "s", "")); !a.Duplicate || !a.Admitted {
+		t.Errorf("got %+v, want the other check's admission", a)
+	}
+	if len(f.store.forgot) != 0 || f.store.taken("s") != 1 {
+		t.Errorf("forgot %v, %d slots taken; want the one slot of c1 kept", f.store.forgot, f.store.taken("s"))
 	}
 }
 
@@ -365,9 +387,11 @@ func TestCheckConcurrentSameID(t *testing.T) {
 	if got := f.store.taken("s"); got != 1 {
 		t.Errorf("slots taken: got %d, want 1", got)
 	}
+	// The first claim may be an ask the window found a duplicate (no limit
+	// named then): every ask gets that one answer.
 	for _, a := range answers {
-		if a.Decision != gate.OutcomeForward || a.Count != 1 {
-			t.Errorf("got %+v, want the first answer (forward, 1 of 2)", a)
+		if a.Decision != gate.OutcomeForward || !a.Admitted || !a.DecidedAt.Equal(answers[0].DecidedAt) || a.RulesVersion != "v7" {
+			t.Errorf("got %+v, want the first answer, an admitted forward", a)
 		}
 	}
 }
