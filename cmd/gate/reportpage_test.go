@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -210,8 +212,14 @@ func newBrowser(t *testing.T, chromium string) *browser {
 				return
 			}
 			// The API's 401 before the token is entered is expected; the
-			// browser logs it as a failed resource.
-			expected := m.Source == "network" && strings.Contains(m.Text, "status of 401")
+			// browser logs it as a failed resource. So are the 404 of a
+			// recipient without preferences (and of /v1/refunds on a gate
+			// that keeps none) and the 400 of a rule document
+			// the preview refuses: the page shows what they mean.
+			u, _ := url.Parse(m.URL)
+			expected := m.Source == "network" && (strings.Contains(m.Text, "status of 401") ||
+				strings.Contains(m.Text, "status of 404") && u != nil && (strings.HasSuffix(u.Path, "/preferences") || u.Path == "/v1/refunds") ||
+				strings.Contains(m.Text, "status of 400") && u != nil && u.Path == "/v1/rules/preview")
 			if (m.Type == chromedp.ConsoleError || m.IsException()) && !expected {
 				b.mu.Lock()
 				b.errors = append(b.errors, m.String())
@@ -297,6 +305,22 @@ func TestReportPageInBrowser(t *testing.T) {
 	t.Run("summary table matches the API", func(t *testing.T) {
 		var api httpapi.Summary
 		g.api("/v1/reports/summary", rng, &api)
+		// The refunded counter, read apart so that this test does not
+		// depend on the summary's Go type.
+		var refunds struct {
+			Scenes []struct {
+				Scene    string `json:"scene"`
+				Refunded int64  `json:"refunded"`
+			} `json:"scenes"`
+			Total struct {
+				Refunded int64 `json:"refunded"`
+			} `json:"total"`
+		}
+		g.api("/v1/reports/summary", rng, &refunds)
+		refunded := map[string]int64{"*": refunds.Total.Refunded}
+		for _, s := range refunds.Scenes {
+			refunded[s.Scene] = s.Refunded
+		}
 		var dom map[string]map[string]int64
 		b.evalJSON(t, `(() => {
 			const out = {};
@@ -318,7 +342,8 @@ func TestReportPageInBrowser(t *testing.T) {
 			exp := map[string]int64{"received": s.Received, "forwarded": s.Forwarded, "suppressed": s.Suppressed,
 				"dropped": s.Dropped, "invalid": s.Invalid, "shadow": s.ShadowSuppressed + s.ShadowDropped,
 				"unchecked": s.ForwardedUnchecked, "parked": s.Parked,
-				"deferred": s.Deferred, "digested": s.Digested, "released": s.Released, "fell_back": s.FellBack}
+				"deferred": s.Deferred, "digested": s.Digested, "released": s.Released, "fell_back": s.FellBack,
+				"refunded": refunded[scene]}
 			if got := dom[scene]; fmt.Sprint(got) != fmt.Sprint(exp) {
 				t.Errorf("scene %s: page shows %v, API says %v", scene, got, exp)
 			}
@@ -561,6 +586,84 @@ func TestReportPageInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("preview a rule change", func(t *testing.T) {
+		// Stricter: digest.weekly enforced instead of shadowed, so dan's
+		// second message would be suppressed rather than forwarded.
+		stricter := strings.Replace(reportRules, "    shadow: true\n", "", 1)
+		if stricter == reportRules {
+			t.Fatal("the stricter document is the same as the rules in force")
+		}
+		var api gate.RulePreview
+		code, body := g.call(http.MethodPost, "/v1/rules/preview", url.Values{"since": {"24h"}}, stricter)
+		if code != http.StatusOK || json.Unmarshal(body, &api) != nil {
+			t.Fatalf("POST /v1/rules/preview: %d %s", code, body)
+		}
+		b.do(t, "preview the stricter document",
+			chromedp.SetValue(chromedp.ID("preview-doc"), stricter),
+			chromedp.SetValue(chromedp.ID("preview-since"), "24h"),
+			chromedp.Click(chromedp.ID("preview-run")),
+			chromedp.WaitVisible(chromedp.CSS(`#preview[data-state="done"] #preview-table`)))
+		type counts struct{ Then, Now map[string]int64 }
+		var dom map[string]counts
+		b.evalJSON(t, `(() => {
+			const out = {};
+			for (const tr of document.querySelectorAll('#preview-table tr[data-scene]')) {
+				const c = {Then: {}, Now: {}};
+				for (const td of tr.querySelectorAll('td[data-then]')) {
+					c.Then[td.dataset.field] = Number(td.dataset.then);
+					c.Now[td.dataset.field] = Number(td.dataset.now);
+				}
+				out[tr.dataset.scene] = c;
+			}
+			return out;
+		})()`, &dom)
+		of := func(c gate.PreviewCounts) map[string]int64 {
+			return map[string]int64{"forwarded": c.Forwarded, "suppressed": c.Suppressed, "dropped": c.Dropped,
+				"deferred": c.Deferred, "digested": c.Digested}
+		}
+		want := map[string]counts{"*": {of(api.Total.Then), of(api.Total.Now)}}
+		for _, s := range api.Scenes {
+			want[s.Scene] = counts{of(s.Then), of(s.Now)}
+		}
+		if fmt.Sprint(dom) != fmt.Sprint(want) {
+			t.Errorf("preview table: page shows %v, API says %v", dom, want)
+		}
+		w := want["digest.weekly"]
+		if w.Then["forwarded"] != 2 || w.Now["forwarded"] != 1 || w.Then["suppressed"] != 0 || w.Now["suppressed"] != 1 {
+			t.Errorf("preview of digest.weekly without shadow: %+v; want forwarded 2 then 1 now, suppressed 0 then 1 now", w)
+		}
+		change := eval(t, b, chromedp.Text(chromedp.CSS(`#preview-body tr[data-scene="digest.weekly"] [data-field="change"]`)))
+		if change != "forwarded −1, suppressed +1" {
+			t.Errorf("preview change of digest.weekly: %q, want %q", change, "forwarded −1, suppressed +1")
+		}
+		if same := eval(t, b, chromedp.Text(chromedp.CSS(`#preview-body tr[data-scene="job.retry_notice"] [data-field="change"]`))); same != "no change" {
+			t.Errorf("preview change of job.retry_notice, whose rule is the same: %q, want %q", same, "no change")
+		}
+		replayed := eval(t, b, chromedp.AttributeValue(chromedp.ID("preview-summary"), "data-replayed")).Value
+		summary := eval(t, b, chromedp.Text(chromedp.ID("preview-summary")))
+		if replayed != fmt.Sprint(api.Replayed) || api.Replayed == 0 || !strings.Contains(summary, "Replayed "+fmt.Sprint(api.Replayed)+" of ") {
+			t.Errorf("preview summary %q (replayed %s): want the API's %d replayed", summary, replayed, api.Replayed)
+		}
+
+		// A document the parser refuses: its words, verbatim.
+		bad := "scenes:\n  alert.disk_full:\n    limits: [{window: 1h, max: 0}]\n    on_exceed: suppress\n"
+		code, body = g.call(http.MethodPost, "/v1/rules/preview", url.Values{"since": {"7d"}}, bad)
+		var refusal struct{ Error string }
+		if code != http.StatusBadRequest || json.Unmarshal(body, &refusal) != nil || refusal.Error == "" {
+			t.Fatalf("POST /v1/rules/preview of a bad document: %d %s; want 400 with an error", code, body)
+		}
+		b.do(t, "preview a bad document",
+			chromedp.SetValue(chromedp.ID("preview-doc"), bad),
+			chromedp.SetValue(chromedp.ID("preview-since"), "7d"),
+			chromedp.Click(chromedp.ID("preview-run")),
+			chromedp.WaitVisible(chromedp.CSS(`#preview[data-state="error"] #preview-error`)))
+		shown := eval(t, b, chromedp.Evaluate[string](`document.getElementById('preview-error').textContent`))
+		tableHidden := eval(t, b, chromedp.Evaluate[bool](`document.getElementById('preview-table').hidden`))
+		if shown != refusal.Error || !tableHidden {
+			t.Errorf("bad document: page shows %q (table hidden %v), want the API's %q and no table", shown, tableHidden, refusal.Error)
+		}
+	})
+
 	if errs := b.consoleErrors(); len(errs) > 0 {
 		t.Errorf("the page wrote errors to the console (a CSP violation is one):\n%s", strings.Join(errs, "\n"))
 	}
@@ -570,6 +673,24 @@ func TestReportPageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot of the report page: %s", path)
+}
+
+// call sends body to the gate's API with the test's token and returns the
+// status and the answer.
+func (g *gateProc) call(method, path string, q url.Values, body string) (int, []byte) {
+	g.t.Helper()
+	req, err := http.NewRequest(method, g.base+path+"?"+q.Encode(), strings.NewReader(body))
+	if err != nil {
+		g.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+g.vars["GATE_API_TOKEN"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
 }
 
 func keysOf[V any](m map[string]V) []string {

@@ -14,21 +14,39 @@
   let token = sessionStorage.getItem(TOKEN_KEY) || '';
   let range = { since: null, until: null };
   let lookupState = { recipient: '', cursor: '' };
+  let refundsCursor = '';
 
   // --- API -----------------------------------------------------------------
 
   class AuthError extends Error {}
 
-  // api calls GET path with the bearer token and returns the decoded JSON,
-  // or the Response itself when raw is set. A 401 shows the token form.
-  async function api(path, params, raw) {
+  // APIError is an answer other than 2xx: status is the HTTP status,
+  // detail the API's own words ({"error": …}), kept verbatim.
+  class APIError extends Error {
+    constructor(path, status, detail) {
+      super(path + ': ' + detail);
+      this.status = status;
+      this.detail = detail;
+    }
+  }
+
+  // api calls path with the bearer token (GET, unless opts.method) and
+  // returns the decoded JSON, or the Response itself when opts.raw is set.
+  // opts.body is sent as is. A 401 shows the token form.
+  async function api(path, params, opts) {
+    opts = opts || {};
     const url = new URL(path, window.location.origin);
     for (const [k, v] of Object.entries(params || {})) {
       if (v !== undefined && v !== null && v !== '') url.searchParams.set(k, v);
     }
-    const headers = { Accept: raw ? 'text/csv' : 'application/json' };
+    const headers = { Accept: opts.raw ? 'text/csv' : 'application/json' };
     if (token) headers.Authorization = 'Bearer ' + token;
-    const resp = await fetch(url, { headers, cache: 'no-store' });
+    const init = { method: opts.method || 'GET', headers, cache: 'no-store' };
+    if (opts.body !== undefined) {
+      init.body = opts.body;
+      headers['Content-Type'] = opts.contentType || 'text/plain; charset=utf-8';
+    }
+    const resp = await fetch(url, init);
     if (resp.status === 401) {
       askToken(token ? 'The gate refused this token. Enter the current GATE_API_TOKEN.' : null);
       throw new AuthError('the API needs a token');
@@ -36,9 +54,9 @@
     if (!resp.ok) {
       let msg = resp.status + ' ' + resp.statusText;
       try { msg = (await resp.json()).error || msg; } catch (_) { /* not JSON */ }
-      throw new Error(path + ': ' + msg);
+      throw new APIError(path, resp.status, msg);
     }
-    return raw ? resp : resp.json();
+    return opts.raw ? resp : resp.json();
   }
 
   function askToken(message) {
@@ -72,14 +90,19 @@
     if (s.reason === 'unknown_scene') return 'scene has no rule (unknown_scene)';
     if (s.reason === 'quiet_hours') return 'quiet hours of the scene';
     if (s.reason === 'queued') return 'queued behind held messages';
+    if (s.reason === 'preference') return 'muted by the recipient (preferences)';
     const scope = s.limit_scope === 'recipient' ? 'across all scenes' : 'in this scene';
+    // A rate limit: a burst, then one per emission interval.
+    if (s.limit_rate && s.limit_rate !== '0s') return s.limit_max + ' at once, then 1 per ' + s.limit_rate + ' ' + scope;
     // A calendar limit has no window; its row names the period (rows
     // written before limit_calendar existed do not).
     const per = s.limit_window && s.limit_window !== '0s' ? s.limit_window : 'calendar ' + (s.limit_calendar || 'period');
     return s.limit_max + ' per ' + per + ' ' + scope;
   }
   function limitsText(limits) {
-    return (limits || []).map((l) => l.max + ' per ' + (l.calendar ? 'calendar ' + l.calendar : l.window)).join(', ') || 'none';
+    return (limits || []).map((l) => l.rate
+      ? 'rate ' + l.rate + ', burst ' + l.burst
+      : l.max + ' per ' + (l.calendar ? 'calendar ' + l.calendar : l.window)).join(', ') || 'none';
   }
   // overLimitText says what a scene's rule does to a message over its limit.
   function overLimitText(r) {
@@ -169,6 +192,7 @@
       tr.appendChild(el('td', num(v), attrs));
     }
     for (const f of HELD) tr.appendChild(el('td', num(s[f]), { 'data-field': f, 'data-value': s[f] || 0 }));
+    tr.appendChild(el('td', num(s.refunded), { 'data-field': 'refunded', 'data-value': s.refunded || 0 }));
     const held = (s.suppressed || 0) + (s.dropped || 0);
     tr.appendChild(el('td', rate(held, s.received), { 'data-field': 'rate', class: held ? 'rate hot' : 'rate' }));
     return tr;
@@ -193,7 +217,7 @@
   // OPTIONAL are the columns of counters that stay zero on most gates;
   // each is shown only when a scene in the range has one, so the table
   // fits the page.
-  const OPTIONAL = ['shadow', 'unchecked', 'parked', ...HELD];
+  const OPTIONAL = ['shadow', 'unchecked', 'parked', ...HELD, 'refunded'];
 
   function hideZeroColumns() {
     const table = $('summary-table');
@@ -350,6 +374,7 @@
   async function lookup(recipient, cursor) {
     recipient = recipient.trim();
     if (!recipient) return;
+    if (!cursor) await loadPreferences(recipient);
     const page = await api('/v1/suppressions', { recipient, since: range.since, until: range.until, limit: 50, cursor });
     const body = $('lookup-body');
     if (!cursor) body.replaceChildren();
@@ -358,7 +383,7 @@
       tr.appendChild(timeCell(s.decided_at));
       tr.appendChild(el('td', s.scene, { class: 'text', 'data-field': 'scene' }));
       tr.appendChild(el('td', limitText(s) + (s.shadow ? ' (shadow: forwarded anyway)' : ''),
-        { class: 'text', 'data-field': 'limit' }));
+        { class: s.reason === 'preference' ? 'text limit preference' : 'text limit', 'data-field': 'limit', 'data-reason': s.reason || '' }));
       tr.appendChild(el('td', num(s.count_seen), { 'data-field': 'count_seen', 'data-value': s.count_seen }));
       const reopens = s.next_allowed_at ? timeCell(s.next_allowed_at, relative(s.next_allowed_at)) : el('td', '—', { class: 'text' });
       reopens.dataset.field = 'next_allowed_at';
@@ -415,8 +440,160 @@
     return ' Of them, ' + parts.join(', ') + '.';
   }
 
+  // loadPreferences shows what the recipient asked of the gate: the scenes
+  // they muted (until when), those they want in digests only. A 404 means
+  // none; a gate that keeps no preferences answers 404 too.
+  async function loadPreferences(recipient) {
+    const box = $('lookup-prefs');
+    const state = $('prefs-state');
+    box.hidden = false;
+    box.dataset.recipient = recipient;
+    let p = null;
+    try {
+      p = await api('/v1/recipients/' + encodeURIComponent(recipient) + '/preferences');
+    } catch (e) {
+      if (!(e instanceof APIError) || e.status !== 404) throw e;
+    }
+    $('prefs-facts').hidden = !p;
+    state.className = '';
+    if (!p) {
+      box.dataset.state = 'none';
+      state.textContent = recipient + ' has set no preferences: every scene reaches them under the rules alone.';
+      return;
+    }
+    const muted = p.muted_scenes || [];
+    const until = p.muted_until || '';
+    const ended = until && new Date(until).getTime() <= Date.now();
+    const scenesText = muted.map((m) => m === '*' ? 'every scene' : m).join(', ');
+    box.dataset.state = !muted.length ? 'unmuted' : (ended ? 'expired' : 'muted');
+    box.dataset.mutedScenes = muted.join(',');
+    if (!muted.length) {
+      state.textContent = recipient + ' mutes no scene.';
+    } else if (ended) {
+      state.textContent = 'The mute of ' + scenesText + ' ended ' + when(until) + ' (' + relative(until) + ').';
+    } else {
+      state.className = 'muted-now';
+      state.textContent = 'Muted now: ' + scenesText + (until ? ', until ' + when(until) + ' (' + relative(until) + ')' : ', until they change it') +
+        '. Those messages are suppressed with limit "preference" unless their priority bypasses the scene.';
+    }
+    $('prefs-muted').textContent = scenesText || 'none';
+    $('prefs-until').textContent = until ? when(until) : (muted.length ? 'until changed' : '—');
+    $('prefs-until').dataset.time = until;
+    $('prefs-digest').textContent = (p.digest_only || []).join(', ') || 'none';
+    $('prefs-updated').textContent = p.updated_at ? when(p.updated_at) : '';
+  }
+
+  // loadRefunds lists the refunds of the range, newest first; a cursor
+  // appends the next page. A gate without refunds answers 404.
+  async function loadRefunds(cursor) {
+    let page;
+    try {
+      page = await api('/v1/refunds', { since: range.since, until: range.until, limit: 50, cursor });
+    } catch (e) {
+      if (!(e instanceof APIError) || e.status !== 404) throw e;
+      $('refunds-table').hidden = true;
+      $('refunds-more').hidden = true;
+      $('refunds-empty').hidden = false;
+      $('refunds-empty').textContent = 'This gate keeps no refunds.';
+      return;
+    }
+    const body = $('refunds-body');
+    if (!cursor) body.replaceChildren();
+    for (const r of page.items) {
+      const tr = el('tr', null, { 'data-message-id': r.message_id });
+      tr.appendChild(el('td', r.message_id, { class: 'text mono', 'data-field': 'message_id' }));
+      tr.appendChild(el('td', r.scene, { class: 'text', 'data-field': 'scene' }));
+      tr.appendChild(el('td', r.recipient, { class: 'text', 'data-field': 'recipient' }));
+      const fwd = timeCell(r.forwarded_at);
+      fwd.dataset.field = 'forwarded_at';
+      tr.appendChild(fwd);
+      const ref = timeCell(r.refunded_at, relative(r.refunded_at));
+      ref.dataset.field = 'refunded_at';
+      tr.appendChild(ref);
+      tr.appendChild(el('td', r.source === 'nats' ? 'gate.refund' : (r.source === 'api' ? 'POST /v1/refund' : r.source),
+        { class: 'text', 'data-field': 'source', 'data-value': r.source }));
+      body.appendChild(tr);
+    }
+    refundsCursor = page.next_cursor;
+    const n = body.children.length;
+    $('refunds-table').hidden = n === 0;
+    $('refunds-more').hidden = !page.next_cursor;
+    $('refunds-empty').hidden = n > 0;
+    $('refunds-empty').textContent = n ? '' : 'No refunds in this range.';
+  }
+
+  // PREVIEWED are the outcomes a preview compares, then and now.
+  const PREVIEWED = ['forwarded', 'suppressed', 'dropped', 'deferred', 'digested'];
+
+  // changeText says how a scene's outcomes move from then to now:
+  // "forwarded −2, suppressed +2", or "no change".
+  function changeText(p) {
+    const parts = [];
+    for (const f of PREVIEWED) {
+      const d = (p.now[f] || 0) - (p.then[f] || 0);
+      if (d) parts.push(f + ' ' + (d > 0 ? '+' : '−') + num(Math.abs(d)));
+    }
+    return parts.join(', ') || 'no change';
+  }
+
+  function previewRow(p, tag) {
+    const changed = PREVIEWED.some((f) => (p.now[f] || 0) !== (p.then[f] || 0));
+    const tr = el('tr', null, { 'data-scene': p.scene, 'data-changed': changed });
+    if (changed) tr.className = 'changed';
+    tr.appendChild(el(tag, p.scene === '*' || p.scene === undefined ? 'all scenes' : p.scene, { class: 'text', scope: 'row' }));
+    for (const f of PREVIEWED) {
+      const then = p.then[f] || 0, now = p.now[f] || 0;
+      const attrs = { 'data-field': f, 'data-then': then, 'data-now': now };
+      if (then !== now) attrs.class = 'changed';
+      tr.appendChild(el('td', then === now ? num(then) : num(then) + ' → ' + num(now), attrs));
+    }
+    tr.appendChild(el('td', changeText(p), { class: 'text', 'data-field': 'change' }));
+    return tr;
+  }
+
+  // runPreview sends the pasted document to the gate, which replays the
+  // period's decisions against it. A document the gate refuses shows the
+  // parser's words as they are.
+  async function runPreview() {
+    const doc = $('preview-doc').value;
+    const since = $('preview-since').value;
+    const err = $('preview-error');
+    const sec = $('preview');
+    sec.dataset.state = 'running';
+    $('preview-run').disabled = true;
+    try {
+      const res = await api('/v1/rules/preview', { since }, { method: 'POST', body: doc, contentType: 'application/yaml' });
+      err.hidden = true;
+      err.textContent = '';
+      $('preview-body').replaceChildren(...res.scenes.map((p) => previewRow(p, 'th')));
+      $('preview-total').replaceChildren(previewRow({ ...res.total, scene: '*' }, 'th'));
+      $('preview-table').hidden = false;
+      const summary = $('preview-summary');
+      summary.dataset.replayed = res.replayed;
+      summary.dataset.decisions = res.decisions;
+      summary.dataset.version = res.version;
+      let text = 'Replayed ' + num(res.replayed) + ' of ' + num(res.decisions) + ' decisions from ' + when(res.since) +
+        ' to ' + when(res.until) + ' against document ' + res.version + '.';
+      if (res.not_replayable) text += ' ' + num(res.not_replayable) + ' were recorded before the ledger kept their scene and recipient, and are left out.';
+      if (res.truncated) text += ' Stopped at the bound of ' + num(res.limit) + ' decisions: the counts cover up to ' + when(res.reached_at) + ' only.';
+      summary.textContent = text;
+      $('preview-notes').replaceChildren(...(res.notes || []).map((n) => el('li', n)));
+      sec.dataset.state = 'done';
+    } catch (e) {
+      if (!(e instanceof APIError)) throw e;
+      $('preview-table').hidden = true;
+      $('preview-summary').textContent = '';
+      $('preview-notes').replaceChildren();
+      err.hidden = false;
+      err.textContent = e.detail;
+      sec.dataset.state = 'error';
+    } finally {
+      $('preview-run').disabled = false;
+    }
+  }
+
   async function downloadCSV() {
-    const resp = await api('/v1/suppressions.csv', { recipient: lookupState.recipient, since: range.since, until: range.until }, true);
+    const resp = await api('/v1/suppressions.csv', { recipient: lookupState.recipient, since: range.since, until: range.until }, { raw: true });
     const blob = await resp.blob();
     const a = el('a', null, { href: URL.createObjectURL(blob), download: 'suppressions.csv' });
     document.body.appendChild(a);
@@ -449,7 +626,7 @@
     document.body.dataset.loaded = 'false';
     status('Loading…');
     try {
-      await Promise.all([loadRules(), loadSummary().then(loadChart), loadTop()]);
+      await Promise.all([loadRules(), loadSummary().then(loadChart), loadTop(), loadRefunds('')]);
       if (lookupState.recipient) await lookup(lookupState.recipient, '');
       status('Updated ' + new Date().toLocaleTimeString() + '.');
       document.body.dataset.loaded = 'true';
@@ -477,6 +654,11 @@
     });
     $('lookup-more').addEventListener('click', guard(() => lookup(lookupState.recipient, lookupState.cursor)));
     $('lookup-csv').addEventListener('click', guard(downloadCSV));
+    $('refunds-more').addEventListener('click', guard(() => loadRefunds(refundsCursor)));
+    $('preview-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      guard(runPreview)();
+    });
     refresh();
   });
 })();
