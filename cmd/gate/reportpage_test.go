@@ -102,6 +102,34 @@ func reportTraffic(t *testing.T, c *client) traffic {
 	return tr
 }
 
+// muted names what mutedAndRefunded did.
+type muted struct {
+	recipient string    // open_id:…, whose preferences mute alert.disk_full
+	until     time.Time // when their mute ends
+	refunded  string    // the id of their forward that was refunded
+}
+
+// mutedAndRefunded gives a recipient unique to this run preferences that
+// mute alert.disk_full for two hours, sends them 2 messages of that scene
+// (suppressed by the preference) and 1 of job.retry_notice (forwarded), and
+// refunds that one through POST /v1/refund: 3 more received, 2 more
+// suppressed, 1 refunded.
+func mutedAndRefunded(t *testing.T, g *gateProc, c *client) muted {
+	t.Helper()
+	to := "ou_hank" + testenv.Unique("")
+	m := muted{recipient: "open_id:" + to, until: time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second), refunded: "refund-" + to}
+	body := fmt.Sprintf(`{"muted_scenes": ["alert.disk_full"], "muted_until": %q}`, m.until.Format(time.RFC3339))
+	if code, out := g.call(http.MethodPut, "/v1/recipients/"+url.PathEscape(m.recipient)+"/preferences", nil, body); code != http.StatusOK {
+		t.Fatalf("PUT preferences of %s: %d %s", m.recipient, code, out)
+	}
+	c.send(msg{ID: "muted-0-" + to, Scene: "alert.disk_full", To: to}, msg{ID: "muted-1-" + to, Scene: "alert.disk_full", To: to},
+		msg{ID: m.refunded, Scene: "job.retry_notice", To: to})
+	if code, out := g.call(http.MethodPost, "/v1/refund", nil, fmt.Sprintf(`{"id": %q}`, m.refunded)); code != http.StatusOK {
+		t.Fatalf("POST /v1/refund of %s: %d %s", m.refunded, code, out)
+	}
+	return m
+}
+
 // heldTotals are the counters of reportTraffic's held messages once every
 // one is settled.
 var heldTotals = gate.SceneSummary{Deferred: 3, Digested: 2, Released: 2, FellBack: 1}
@@ -213,12 +241,11 @@ func newBrowser(t *testing.T, chromium string) *browser {
 			}
 			// The API's 401 before the token is entered is expected; the
 			// browser logs it as a failed resource. So are the 404 of a
-			// recipient without preferences (and of /v1/refunds on a gate
-			// that keeps none) and the 400 of a rule document
+			// recipient without preferences and the 400 of a rule document
 			// the preview refuses: the page shows what they mean.
 			u, _ := url.Parse(m.URL)
 			expected := m.Source == "network" && (strings.Contains(m.Text, "status of 401") ||
-				strings.Contains(m.Text, "status of 404") && u != nil && (strings.HasSuffix(u.Path, "/preferences") || u.Path == "/v1/refunds") ||
+				strings.Contains(m.Text, "status of 404") && u != nil && strings.HasSuffix(u.Path, "/preferences") ||
 				strings.Contains(m.Text, "status of 400") && u != nil && u.Path == "/v1/rules/preview")
 			if (m.Type == chromedp.ConsoleError || m.IsException()) && !expected {
 				b.mu.Lock()
@@ -284,6 +311,7 @@ func TestReportPageInBrowser(t *testing.T) {
 	tr := reportTraffic(t, e.client())
 	alice, evil := tr.alice, tr.evil
 	held := waitHeldSettled(t, g, tr)
+	pm := mutedAndRefunded(t, g, e.client())
 
 	b := newBrowser(t, chromium)
 	// Without a token the API answers 401 and the page asks for one.
@@ -350,8 +378,15 @@ func TestReportPageInBrowser(t *testing.T) {
 		}
 		// This gate's database holds only this test's traffic.
 		tot := api.Total
-		if tot.Received != 27 || tot.Suppressed != 8 || tot.Dropped != 2 || tot.Invalid != 1 || tot.ShadowSuppressed != 1 {
-			t.Errorf("API total %+v: want 27 received, 8 suppressed, 2 dropped, 1 invalid, 1 shadow", tot)
+		if tot.Received != 30 || tot.Suppressed != 10 || tot.Dropped != 2 || tot.Invalid != 1 || tot.ShadowSuppressed != 1 {
+			t.Errorf("API total %+v: want 30 received, 10 suppressed, 2 dropped, 1 invalid, 1 shadow", tot)
+		}
+		// The refund of hank's forward, in its scene and in the total.
+		if refunded["*"] != 1 || refunded["job.retry_notice"] != 1 {
+			t.Errorf("API refunded counters %v: want 1 in job.retry_notice and in the total", refunded)
+		}
+		if got := eval(t, b, chromedp.Text(chromedp.CSS(`#summary-total td[data-field="refunded"]`))); got != "1" {
+			t.Errorf("total refunded: page shows %q, want 1", got)
 		}
 		if sum := tot.Forwarded + tot.Suppressed + tot.Dropped + tot.Invalid + tot.Parked + tot.Deferred + tot.Digested; sum != tot.Received {
 			t.Errorf("API total %+v: the outcomes add up to %d, want received", tot, sum)
@@ -372,7 +407,7 @@ func TestReportPageInBrowser(t *testing.T) {
 		// a note says so.
 		var heads []string
 		b.evalJSON(t, `[...document.querySelectorAll('#summary-table thead th')].filter(th => th.offsetParent !== null).map(th => th.textContent)`, &heads)
-		for _, h := range []string{"deferred", "digested", "released", "fell back", "shadow"} {
+		for _, h := range []string{"deferred", "digested", "released", "fell back", "shadow", "refunded"} {
 			if !slices.Contains(heads, h) {
 				t.Errorf("summary table shows the columns %q: want %q among them", heads, h)
 			}
@@ -418,8 +453,8 @@ func TestReportPageInBrowser(t *testing.T) {
 		})()`, &bars)
 		// 24 hours, plus the partial hour the range starts in unless it
 		// starts on the hour.
-		if bars.Sums != want || bars.N < 24 || bars.N > 25 || bars.Step != "hour" || want[0] != 27 || want[5] != 3 || want[6] != 2 {
-			t.Errorf("chart: %d %s bars adding up to %v; want 24 or 25 hourly bars adding up to the API's %v (27 received, 3 deferred, 2 digested)",
+		if bars.Sums != want || bars.N < 24 || bars.N > 25 || bars.Step != "hour" || want[0] != 30 || want[5] != 3 || want[6] != 2 {
+			t.Errorf("chart: %d %s bars adding up to %v; want 24 or 25 hourly bars adding up to the API's %v (30 received, 3 deferred, 2 digested)",
 				bars.N, bars.Step, bars.Sums, want)
 		}
 	})
@@ -586,6 +621,80 @@ func TestReportPageInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("refunds", func(t *testing.T) {
+		var api gate.RefundPage
+		g.api("/v1/refunds", rng, &api)
+		type row struct {
+			ID, Scene, Recipient, Forwarded, Refunded, Source string
+		}
+		var dom []row
+		b.evalJSON(t, `[...document.querySelectorAll('#refunds-body tr')].map(tr => {
+			const f = (n) => tr.querySelector('[data-field="' + n + '"]');
+			return {ID: f('message_id').textContent, Scene: f('scene').textContent, Recipient: f('recipient').textContent,
+				Forwarded: f('forwarded_at').dataset.time, Refunded: f('refunded_at').dataset.time, Source: f('source').dataset.value};
+		})`, &dom)
+		if len(api.Items) != 1 || len(dom) != 1 {
+			t.Fatalf("refunds: page lists %+v, API %+v; want the one refund", dom, api.Items)
+		}
+		r, got := api.Items[0], dom[0]
+		fwd, err1 := time.Parse(time.RFC3339Nano, got.Forwarded)
+		ref, err2 := time.Parse(time.RFC3339Nano, got.Refunded)
+		if got.ID != pm.refunded || r.MessageID != pm.refunded || got.Scene != "job.retry_notice" || got.Recipient != pm.recipient ||
+			got.Source != "api" || err1 != nil || err2 != nil || !fwd.Equal(r.ForwardedAt) || !ref.Equal(r.RefundedAt) {
+			t.Errorf("refund row: page %+v, API %+v; want %s of %s refunded by the API", got, r, pm.refunded, pm.recipient)
+		}
+	})
+
+	t.Run("why didn't I get it: muted by preferences", func(t *testing.T) {
+		lookUp(t, pm.recipient)
+		var prefs struct {
+			State, Muted, Until, Text string
+		}
+		b.evalJSON(t, `({State: document.getElementById('lookup-prefs').dataset.state,
+			Muted: document.getElementById('prefs-muted').textContent,
+			Until: document.getElementById('prefs-until').dataset.time,
+			Text: document.getElementById('prefs-state').textContent})`, &prefs)
+		muteEnd, err := time.Parse(time.RFC3339Nano, prefs.Until)
+		if prefs.State != "muted" || prefs.Muted != "alert.disk_full" || err != nil || !muteEnd.Equal(pm.until) ||
+			!strings.HasPrefix(prefs.Text, "Muted now: alert.disk_full, until ") {
+			t.Errorf("preferences of %s on the page: %+v; want alert.disk_full muted until %s", pm.recipient, prefs, pm.until)
+		}
+		api := g.suppressions(url.Values{"recipient": {pm.recipient}, "since": {since}, "until": {until}})
+		var dom []struct{ ID, Reason, Limit string }
+		b.evalJSON(t, `[...document.querySelectorAll('#lookup-body tr')].map(tr => {
+			const f = tr.querySelector('[data-field="limit"]');
+			return {ID: tr.dataset.messageId, Reason: f.dataset.reason, Limit: f.textContent};
+		})`, &dom)
+		if len(dom) != 2 || len(api) != 2 {
+			t.Fatalf("lookup of %s: page %+v, API %+v; want the 2 muted messages", pm.recipient, dom, api)
+		}
+		for i, s := range api {
+			if s.Reason != gate.ReasonPreference || s.Scope != gate.ScopePreference || dom[i].ID != s.MessageID ||
+				dom[i].Reason != "preference" || dom[i].Limit != "muted by the recipient (preferences)" {
+				t.Errorf("lookup row %d: page %+v, API %+v; want a preference suppression", i, dom[i], s)
+			}
+		}
+
+		// A recipient without preferences says so.
+		lookUp(t, "open_id:"+alice)
+		state := eval(t, b, chromedp.AttributeValue(chromedp.ID("lookup-prefs"), "data-state")).Value
+		factsShown := eval(t, b, chromedp.Evaluate[bool](`document.getElementById('prefs-facts').offsetParent !== null`))
+		if state != "none" || factsShown {
+			t.Errorf("preferences of alice, who set none: state %q, facts shown %v; want none and no facts", state, factsShown)
+		}
+	})
+
+	// preview pastes doc into the preview panel, picks the period and runs
+	// it, and waits for the panel to reach state (done or error).
+	preview := func(t *testing.T, doc, period, state string) {
+		t.Helper()
+		b.do(t, "preview over "+period+", expecting "+state,
+			chromedp.SetValue(chromedp.ID("preview-doc"), doc),
+			chromedp.SetValue(chromedp.ID("preview-since"), period),
+			chromedp.Click(chromedp.ID("preview-run")),
+			chromedp.WaitVisible(chromedp.CSS(`#preview[data-state="`+state+`"]`)))
+	}
+
 	t.Run("preview a rule change", func(t *testing.T) {
 		// Stricter: digest.weekly enforced instead of shadowed, so dan's
 		// second message would be suppressed rather than forwarded.
@@ -598,11 +707,7 @@ func TestReportPageInBrowser(t *testing.T) {
 		if code != http.StatusOK || json.Unmarshal(body, &api) != nil {
 			t.Fatalf("POST /v1/rules/preview: %d %s", code, body)
 		}
-		b.do(t, "preview the stricter document",
-			chromedp.SetValue(chromedp.ID("preview-doc"), stricter),
-			chromedp.SetValue(chromedp.ID("preview-since"), "24h"),
-			chromedp.Click(chromedp.ID("preview-run")),
-			chromedp.WaitVisible(chromedp.CSS(`#preview[data-state="done"] #preview-table`)))
+		preview(t, stricter, "24h", "done")
 		type counts struct{ Then, Now map[string]int64 }
 		var dom map[string]counts
 		b.evalJSON(t, `(() => {
@@ -652,11 +757,7 @@ func TestReportPageInBrowser(t *testing.T) {
 		if code != http.StatusBadRequest || json.Unmarshal(body, &refusal) != nil || refusal.Error == "" {
 			t.Fatalf("POST /v1/rules/preview of a bad document: %d %s; want 400 with an error", code, body)
 		}
-		b.do(t, "preview a bad document",
-			chromedp.SetValue(chromedp.ID("preview-doc"), bad),
-			chromedp.SetValue(chromedp.ID("preview-since"), "7d"),
-			chromedp.Click(chromedp.ID("preview-run")),
-			chromedp.WaitVisible(chromedp.CSS(`#preview[data-state="error"] #preview-error`)))
+		preview(t, bad, "7d", "error")
 		shown := eval(t, b, chromedp.Evaluate[string](`document.getElementById('preview-error').textContent`))
 		tableHidden := eval(t, b, chromedp.Evaluate[bool](`document.getElementById('preview-table').hidden`))
 		if shown != refusal.Error || !tableHidden {
