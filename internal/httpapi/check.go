@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 
@@ -41,8 +42,30 @@ func (s *server) check(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, a)
 }
 
-// notPost answers every method but POST on a POST-only path.
+// notPost answers every method but POST on a POST-only path (check,
+// refund, rule preview).
 func notPost(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Allow", "POST")
-	writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+": use POST")
+	notAllowed(w, r, "POST", "POST")
+}
+
+// notAllowed answers 405 to a method the path does not serve: allow is the
+// Allow header, use the methods in words.
+func notAllowed(w http.ResponseWriter, r *http.Request, allow, use string) {
+	w.Header().Set("Allow", allow)
+	writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+": use "+use)
+}
+
+// readBody reads a request's body, up to limit bytes and no further.
+// tooBig reports a larger body, which each path answers as its OpenAPI
+// document says (400 or 413); any other failure to read is a bad request.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) (data []byte, tooBig bool, err error) {
+	data, err = io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var over *http.MaxBytesError
+	switch {
+	case errors.As(err, &over):
+		return nil, true, nil
+	case err != nil:
+		return nil, false, badRequest("reading the body: %v", err)
+	}
+	return data, false, nil
 }

@@ -30,8 +30,7 @@ func (s *server) routePreferences(handle func(string, http.Handler)) {
 	handle("PUT "+preferencesPath, s.auth(s.errors(s.putPreferences)))
 	handle("DELETE "+preferencesPath, s.auth(s.errors(s.deletePreferences)))
 	handle(preferencesPath, s.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", "GET, HEAD, PUT, DELETE")
-		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+": use GET, PUT or DELETE")
+		notAllowed(w, r, "GET, HEAD, PUT, DELETE", "GET, PUT or DELETE")
 	})))
 }
 
@@ -106,13 +105,12 @@ func (s *server) putPreferences(w http.ResponseWriter, r *http.Request, _ url.Va
 // fields, within maxPreferencesBody.
 func readPreferences(w http.ResponseWriter, r *http.Request) (preferencesBody, error) {
 	var b preferencesBody
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPreferencesBody))
+	data, tooBig, err := readBody(w, r, maxPreferencesBody)
+	if tooBig {
+		return b, badRequest("body is over the limit of %d bytes", maxPreferencesBody)
+	}
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return b, badRequest("body is over the limit of %d bytes", maxPreferencesBody)
-		}
-		return b, badRequest("reading the body: %v", err)
+		return b, err
 	}
 	// Decode takes null for an empty object: a PUT must say what it puts.
 	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {

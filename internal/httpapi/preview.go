@@ -1,9 +1,7 @@
 package httpapi
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"time"
@@ -24,8 +22,7 @@ const defaultPreviewSince = 24 * time.Hour
 // period's decisions (gate.RulePreview).
 func (s *server) preview(w http.ResponseWriter, r *http.Request, q url.Values) error {
 	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+": use POST with a rule document as the body")
+		notPost(w, r)
 		return nil
 	}
 	if s.o.Preview == nil {
@@ -46,14 +43,13 @@ func (s *server) preview(w http.ResponseWriter, r *http.Request, q url.Values) e
 	if !since.Before(until) {
 		return badRequest("since (%s) must be before until (%s)", since.Format(time.RFC3339Nano), until.Format(time.RFC3339Nano))
 	}
-	doc, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxPreviewBody))
+	doc, tooBig, err := readBody(w, r, MaxPreviewBody)
+	if tooBig {
+		writeError(w, http.StatusRequestEntityTooLarge, "the rule document is over 1 MiB")
+		return nil
+	}
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, "the rule document is over 1 MiB")
-			return nil
-		}
-		return badRequest("read the rule document: %v", err)
+		return err
 	}
 	res, err := s.o.Preview.Preview(r.Context(), doc, since, until)
 	if err != nil {

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 
@@ -26,14 +25,13 @@ const maxRefundBytes = 1 << 20
 // decided; 409 for one it decided and did not forward; 503 when a store did
 // not answer (ask again: a refund is idempotent).
 func (s *server) refund(w http.ResponseWriter, r *http.Request) {
-	// One byte over the bound is enough to tell that it is over.
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxRefundBytes+1))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+	body, tooBig, err := readBody(w, r, maxRefundBytes)
+	if tooBig {
+		writeError(w, http.StatusBadRequest, "refund body over 1 MiB: send {\"id\": \"…\"}")
 		return
 	}
-	if len(body) > maxRefundBytes {
-		writeError(w, http.StatusBadRequest, "refund body over 1 MiB: send {\"id\": \"…\"}")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	res, err := s.o.Refunder.Refund(r.Context(), body, gate.RefundSourceAPI)
