@@ -8,7 +8,17 @@ import (
 	"github.com/antifatigue/gate/internal/gormstore"
 )
 
-// pruneLoop prunes, every hour, the decision ledger and, when
+// tombstoneRetention is how long the tombstone of deleted preferences is
+// kept. It is there for the other gates' preference caches to see the
+// delete, and a cache polls every second for the changes since its last
+// poll, looking back only seconds more (prefcache's Margin): a day is far
+// past the last poll that could need it. Only a gate whose polls failed for a whole day could miss a
+// delete, and keep that recipient's old preferences cached until the entry
+// is evicted or written again.
+const tombstoneRetention = 24 * time.Hour
+
+// pruneLoop prunes, every hour, the decision ledger, the stored check
+// answers, the preference tombstones past tombstoneRetention and, when
 // auditRetention is set, the suppression rows older than it.
 func pruneLoop(ctx context.Context, audit *gormstore.Store, auditRetention time.Duration, log *slog.Logger) {
 	t := time.NewTicker(time.Hour)
@@ -23,6 +33,9 @@ func pruneLoop(ctx context.Context, audit *gormstore.Store, auditRetention time.
 			}
 			if _, err := audit.PruneCheckAnswers(ctx, time.Now()); err != nil {
 				log.Warn("pruning the stored check answers failed; will try again in an hour", "err", err)
+			}
+			if _, err := audit.PruneTombstones(ctx, time.Now().Add(-tombstoneRetention)); err != nil {
+				log.Warn("pruning preference tombstones failed; will try again in an hour", "err", err)
 			}
 			if auditRetention <= 0 {
 				continue

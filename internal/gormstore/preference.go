@@ -152,3 +152,35 @@ func (s *Store) PreferenceChanges(ctx context.Context, since time.Time, limit in
 	}
 	return out, now.t, nil
 }
+
+// PruneTombstones deletes the tombstones of preferences deleted before
+// before, in batches of pruneBatch rows so that no statement holds the
+// table long, and returns how many it deleted. A tombstone is only kept
+// for the other gates' caches to see a delete: once every gate has polled
+// past it, it says nothing that a missing row does not. Errors wrap
+// gate.ErrUnavailable.
+func (s *Store) PruneTombstones(ctx context.Context, before time.Time) (int64, error) {
+	return s.pruneTombstones(ctx, before, pruneBatch)
+}
+
+func (s *Store) pruneTombstones(ctx context.Context, before time.Time, batch int) (int64, error) {
+	cutoff := s.dbTime(before)
+	var total int64
+	for {
+		// The outer conditions repeat the inner ones: a recipient whose
+		// preferences are put again between the two is no longer a
+		// tombstone, and PostgreSQL checks them again on the row it
+		// deletes, so a fresh write is never taken with its old tombstone.
+		res := s.db.WithContext(ctx).Exec(`DELETE FROM recipient_preferences
+	WHERE deleted = ? AND updated_at < ? AND recipient IN
+	(SELECT recipient FROM recipient_preferences WHERE deleted = ? AND updated_at < ? LIMIT ?)`,
+			true, cutoff, true, cutoff, batch)
+		if res.Error != nil {
+			return total, unavailable("prune preference tombstones", res.Error)
+		}
+		total += res.RowsAffected
+		if res.RowsAffected < int64(batch) {
+			return total, nil
+		}
+	}
+}
