@@ -177,10 +177,14 @@ type AuditLog interface {
 type SuppressionFilter struct {
 	Scene     string
 	Recipient string
-	Since     time.Time // inclusive; zero means unbounded
-	Until     time.Time // exclusive; zero means unbounded
-	Limit     int
-	Cursor    string // opaque, from a previous page
+	// Reason, when set, keeps the suppressions of that reason only
+	// (Suppression.Reason, such as ReasonPreference); the refund listing
+	// ignores it.
+	Reason string
+	Since  time.Time // inclusive; zero means unbounded
+	Until  time.Time // exclusive; zero means unbounded
+	Limit  int
+	Cursor string // opaque, from a previous page
 }
 
 // SuppressionPage is one page of suppression rows.

@@ -463,7 +463,11 @@ func ids(p gate.SuppressionPage) []string {
 
 func testSuppressionFilters(t *testing.T, fresh freshFunc) {
 	s := MustOpen(t, fresh(t))
+	// e: muted by its recipient's preferences, not a limit.
+	muted := suppressed("e", "cpu", "open_id:ou_3", t0.Add(-time.Minute))
+	muted.Suppression.Reason, muted.Suppression.Scope = gate.ReasonPreference, gate.ScopePreference
 	MustCommit(t, s,
+		muted,
 		suppressed("a", "disk", "open_id:ou_1", t0),
 		suppressed("b", "disk", "open_id:ou_2", t0.Add(time.Minute)),
 		suppressed("c", "cpu", "open_id:ou_1", t0.Add(2*time.Minute)),
@@ -474,15 +478,18 @@ func testSuppressionFilters(t *testing.T, fresh freshFunc) {
 		f    gate.SuppressionFilter
 		want []string
 	}{
-		{"all, newest first", gate.SuppressionFilter{}, []string{"d", "c", "b", "a"}},
+		{"all, newest first", gate.SuppressionFilter{}, []string{"d", "c", "b", "a", "e"}},
 		{"scene", gate.SuppressionFilter{Scene: "disk"}, []string{"b", "a"}},
 		{"recipient is exact", gate.SuppressionFilter{Recipient: "open_id:ou_1"}, []string{"c", "a"}},
 		{"scene and recipient", gate.SuppressionFilter{Scene: "cpu", Recipient: "open_id:ou_1"}, []string{"c"}},
 		{"since is inclusive", gate.SuppressionFilter{Since: t0.Add(time.Minute)}, []string{"d", "c", "b"}},
-		{"until is exclusive", gate.SuppressionFilter{Until: t0.Add(2 * time.Minute)}, []string{"b", "a"}},
+		{"until is exclusive", gate.SuppressionFilter{Until: t0.Add(2 * time.Minute)}, []string{"b", "a", "e"}},
 		{"since and until", gate.SuppressionFilter{Since: t0.Add(time.Minute), Until: t0.Add(3 * time.Minute)}, []string{"c", "b"}},
 		{"empty range", gate.SuppressionFilter{Since: t0, Until: t0}, nil},
 		{"no match", gate.SuppressionFilter{Scene: "nope"}, nil},
+		{"reason", gate.SuppressionFilter{Reason: gate.ReasonPreference}, []string{"e"}},
+		{"reason and scene", gate.SuppressionFilter{Reason: gate.ReasonLimit, Scene: "cpu"}, []string{"d", "c"}},
+		{"reason without rows", gate.SuppressionFilter{Reason: gate.ReasonQueued}, nil},
 	}
 	for _, tt := range tests {
 		page, err := s.Suppressions(context.Background(), tt.f)

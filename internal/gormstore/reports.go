@@ -35,6 +35,9 @@ func (s *Store) Suppressions(ctx context.Context, f gate.SuppressionFilter) (gat
 	if err != nil {
 		return gate.SuppressionPage{}, err
 	}
+	if f.Reason != "" {
+		q.add("reason = ?", f.Reason)
+	}
 	if f.Cursor != "" {
 		at, id, err := decodeCursor(f.Cursor)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -213,8 +214,16 @@ func suppressionFilter(q url.Values) (gate.SuppressionFilter, error) {
 	if err != nil {
 		return gate.SuppressionFilter{}, err
 	}
-	return gate.SuppressionFilter{Scene: scene, Recipient: recipient, Since: since, Until: until}, nil
+	reason := q.Get("reason")
+	if reason != "" && !slices.Contains(suppressionReasons, reason) {
+		return gate.SuppressionFilter{}, badRequest("reason must be one of %s, got %q", strings.Join(suppressionReasons, ", "), reason)
+	}
+	return gate.SuppressionFilter{Scene: scene, Recipient: recipient, Reason: reason, Since: since, Until: until}, nil
 }
+
+// suppressionReasons are the values of a suppression row's reason, which
+// the reason filter takes (the enum of Suppression.reason in openapi.json).
+var suppressionReasons = []string{gate.ReasonLimit, "unknown_scene", gate.ReasonQuietHours, gate.ReasonQueued, gate.ReasonPreference}
 
 // nameParam reads a scene or recipient filter; absent or empty means
 // every one. A value must pass the check every message's scene and
