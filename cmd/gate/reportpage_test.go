@@ -349,6 +349,16 @@ func TestReportPageInBrowser(t *testing.T) {
 		for _, s := range refunds.Scenes {
 			refunded[s.Scene] = s.Refunded
 		}
+		// The muted counts: the range's suppressions of reason preference,
+		// per scene and in all.
+		muted := map[string]int64{}
+		for _, s := range g.suppressions(url.Values{"since": {since}, "until": {until}, "reason": {gate.ReasonPreference}}) {
+			muted[s.Scene]++
+			muted["*"]++
+		}
+		if muted["alert.disk_full"] != 2 || muted["*"] != 2 {
+			t.Errorf("API suppressions of reason preference, per scene: %v; want hank's 2 of alert.disk_full", muted)
+		}
 		var dom map[string]map[string]int64
 		b.evalJSON(t, `(() => {
 			const out = {};
@@ -371,7 +381,7 @@ func TestReportPageInBrowser(t *testing.T) {
 				"dropped": s.Dropped, "invalid": s.Invalid, "shadow": s.ShadowSuppressed + s.ShadowDropped,
 				"unchecked": s.ForwardedUnchecked, "parked": s.Parked,
 				"deferred": s.Deferred, "digested": s.Digested, "released": s.Released, "fell_back": s.FellBack,
-				"refunded": refunded[scene]}
+				"refunded": refunded[scene], "muted": muted[scene]}
 			if got := dom[scene]; fmt.Sprint(got) != fmt.Sprint(exp) {
 				t.Errorf("scene %s: page shows %v, API says %v", scene, got, exp)
 			}
@@ -385,8 +395,10 @@ func TestReportPageInBrowser(t *testing.T) {
 		if refunded["*"] != 1 || refunded["job.retry_notice"] != 1 {
 			t.Errorf("API refunded counters %v: want 1 in job.retry_notice and in the total", refunded)
 		}
-		if got := eval(t, b, chromedp.Text(chromedp.CSS(`#summary-total td[data-field="refunded"]`))); got != "1" {
-			t.Errorf("total refunded: page shows %q, want 1", got)
+		for f, want := range map[string]string{"refunded": "1", "muted": "2"} {
+			if got := eval(t, b, chromedp.Text(chromedp.CSS(`#summary-total td[data-field="`+f+`"]`))); got != want {
+				t.Errorf("total %s: page shows %q, want %s", f, got, want)
+			}
 		}
 		if sum := tot.Forwarded + tot.Suppressed + tot.Dropped + tot.Invalid + tot.Parked + tot.Deferred + tot.Digested; sum != tot.Received {
 			t.Errorf("API total %+v: the outcomes add up to %d, want received", tot, sum)
@@ -407,7 +419,7 @@ func TestReportPageInBrowser(t *testing.T) {
 		// a note says so.
 		var heads []string
 		b.evalJSON(t, `[...document.querySelectorAll('#summary-table thead th')].filter(th => th.offsetParent !== null).map(th => th.textContent)`, &heads)
-		for _, h := range []string{"deferred", "digested", "released", "fell back", "shadow", "refunded"} {
+		for _, h := range []string{"deferred", "digested", "released", "fell back", "shadow", "refunded", "muted"} {
 			if !slices.Contains(heads, h) {
 				t.Errorf("summary table shows the columns %q: want %q among them", heads, h)
 			}

@@ -178,11 +178,18 @@
   const STACKED = ['forwarded', 'suppressed', 'dropped', 'invalid', 'deferred', 'digested'];
   const CHART = ['received', ...STACKED];
 
-  function summaryRow(s, tag) {
+  // summaryRow is a scene's row (or the total's, scene "*"); muted counts
+  // the scene's messages its recipients muted, more marks it a lower bound.
+  function summaryRow(s, tag, muted, more) {
     const tr = el('tr', null, { 'data-scene': s.scene });
     const name = s.scene === '*' ? 'all scenes' : (s.scene || '(no scene: invalid messages)');
     tr.appendChild(el(tag, name, { class: s.scene ? 'text' : 'text muted', scope: 'row' }));
-    for (const f of FIELDS) tr.appendChild(el('td', num(s[f]), { 'data-field': f, 'data-value': s[f] || 0 }));
+    for (const f of FIELDS) {
+      tr.appendChild(el('td', num(s[f]), { 'data-field': f, 'data-value': s[f] || 0 }));
+      if (f === 'suppressed') {
+        tr.appendChild(el('td', num(muted) + (more && muted ? '+' : ''), { 'data-field': 'muted', 'data-value': muted || 0 }));
+      }
+    }
     const shadow = (s.shadow_suppressed || 0) + (s.shadow_dropped || 0);
     tr.appendChild(el('td', num(shadow), { 'data-field': 'shadow', 'data-value': shadow }));
     const unchecked = s.forwarded_unchecked || 0;
@@ -198,12 +205,31 @@
     return tr;
   }
 
+  // MUTED_PAGES bounds the suppression rows read to count muted messages:
+  // beyond MUTED_PAGES pages of 1,000 the counts are shown as lower bounds.
+  const MUTED_PAGES = 5;
+
+  // mutedCounts counts, per scene, the suppressions of the range whose
+  // recipient muted the scene (reason "preference").
+  async function mutedCounts() {
+    const counts = {};
+    let cursor = '', total = 0;
+    for (let i = 0; i < MUTED_PAGES; i++) {
+      const page = await api('/v1/suppressions', { since: range.since, until: range.until, reason: 'preference', limit: 1000, cursor });
+      for (const s of page.items) counts[s.scene] = (counts[s.scene] || 0) + 1;
+      total += page.items.length;
+      cursor = page.next_cursor;
+      if (!cursor) break;
+    }
+    return { counts, total, more: !!cursor };
+  }
+
   async function loadSummary() {
-    const data = await api('/v1/reports/summary', range);
+    const [data, muted] = await Promise.all([api('/v1/reports/summary', range), mutedCounts()]);
     const body = $('summary-body');
     const foot = $('summary-total');
-    body.replaceChildren(...data.scenes.map((s) => summaryRow(s, 'th')));
-    foot.replaceChildren(summaryRow(data.total, 'th'));
+    body.replaceChildren(...data.scenes.map((s) => summaryRow(s, 'th', muted.counts[s.scene] || 0, muted.more)));
+    foot.replaceChildren(summaryRow(data.total, 'th', muted.total, muted.more));
     $('summary-empty').hidden = data.scenes.length > 0;
     hideZeroColumns();
     // The chart's scene list follows the scenes that have counts.
@@ -217,7 +243,7 @@
   // OPTIONAL are the columns of counters that stay zero on most gates;
   // each is shown only when a scene in the range has one, so the table
   // fits the page.
-  const OPTIONAL = ['shadow', 'unchecked', 'parked', ...HELD, 'refunded'];
+  const OPTIONAL = ['muted', 'shadow', 'unchecked', 'parked', ...HELD, 'refunded'];
 
   function hideZeroColumns() {
     const table = $('summary-table');
