@@ -39,6 +39,11 @@ type Options struct {
 	InSubject   string // "gate.in"
 	OutSubject  string // "gate.out"
 	DeadSubject string // "gate.dead"
+	// CheckSubject is where ServeChecks answers core NATS requests
+	// ("gate.check"); no stream may capture it.
+	CheckSubject string
+	// RefundSubject is the subject GATE_REFUND captures ("gate.refund").
+	RefundSubject string
 
 	// InMaxAge bounds how long an undecided message waits in GATE_IN (7d).
 	InMaxAge time.Duration
@@ -50,6 +55,9 @@ type Options struct {
 	OutDuplicates time.Duration
 	// DeadMaxAge bounds how long dead letters are kept (30d).
 	DeadMaxAge time.Duration
+	// RefundMaxAge bounds how long an unhandled refund waits in
+	// GATE_REFUND (7d).
+	RefundMaxAge time.Duration
 	// MaxMsgBytes is the largest message GATE_IN accepts; the gate's own
 	// size limit should be below it so oversize messages get a reason (1 MiB).
 	MaxMsgBytes int32
@@ -84,10 +92,13 @@ func (o *Options) setDefaults() {
 	def(&o.InSubject, "gate.in")
 	def(&o.OutSubject, "gate.out")
 	def(&o.DeadSubject, "gate.dead")
+	def(&o.CheckSubject, DefaultCheckSubject)
+	def(&o.RefundSubject, DefaultRefundSubject)
 	defd(&o.InMaxAge, 7*24*time.Hour)
 	defd(&o.OutMaxAge, 72*time.Hour)
 	defd(&o.OutDuplicates, 2*time.Hour)
 	defd(&o.DeadMaxAge, 30*24*time.Hour)
+	defd(&o.RefundMaxAge, 7*24*time.Hour)
 	defd(&o.AckWait, 5*time.Second)
 	if o.MaxMsgBytes <= 0 {
 		o.MaxMsgBytes = 1 << 20
@@ -129,9 +140,9 @@ func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// New creates the streams that are missing. Streams that exist are left as
-// the operator configured them (replicas, limits), except that a missing
-// subject is an error.
+// New creates the streams that are missing (GATE_IN, GATE_OUT, GATE_DEAD
+// and GATE_REFUND). Streams that exist are left as the operator configured
+// them (replicas, limits), except that a missing subject is an error.
 func New(ctx context.Context, nc *nats.Conn, opts Options, log *slog.Logger) (*Bus, error) {
 	opts.setDefaults()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
@@ -158,6 +169,7 @@ func New(ctx context.Context, nc *nats.Conn, opts Options, log *slog.Logger) (*B
 			Retention: jetstream.LimitsPolicy, MaxAge: opts.DeadMaxAge, Duplicates: 2 * time.Hour,
 			Description: "messages the gate could not decide, with a Gate-Error header",
 		},
+		b.refundStream(),
 	}
 	for _, cfg := range streams {
 		if err := b.ensureStream(ctx, cfg); err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/antifatigue/gate/internal/gate"
 )
 
-// Defaults of CheckOptions.
+// Defaults of CheckOptions, and of Options.CheckSubject.
 const (
 	DefaultCheckSubject = "gate.check"
 	DefaultCheckQueue   = "gate"
@@ -24,8 +24,8 @@ const (
 )
 
 // CheckOptions configure ServeChecks; zero values take the defaults above.
+// The subject is the bus's (Options.CheckSubject).
 type CheckOptions struct {
-	Subject  string
 	Queue    string
 	InFlight int
 	Timeout  time.Duration
@@ -41,7 +41,8 @@ type checkError struct {
 	Status int    `json:"status"`
 }
 
-// ServeChecks answers core NATS requests on the check subject until ctx
+// ServeChecks answers core NATS requests on the check subject
+// (Options.CheckSubject) until ctx
 // ends, then drains the subscription and waits for the checks in hand. It
 // subscribes in a queue group, so every gate of a deployment shares the
 // subject and each request is answered once. Every request with a reply
@@ -50,9 +51,6 @@ type checkError struct {
 // decided: nobody would read the answer, and a check that is not read must
 // not take a slot.
 func (b *Bus) ServeChecks(ctx context.Context, check CheckFunc, o CheckOptions) error {
-	if o.Subject == "" {
-		o.Subject = DefaultCheckSubject
-	}
 	if o.Queue == "" {
 		o.Queue = DefaultCheckQueue
 	}
@@ -67,7 +65,8 @@ func (b *Bus) ServeChecks(ctx context.Context, check CheckFunc, o CheckOptions) 
 	// The handler runs on the subscription's own goroutine: it hands each
 	// check over once a slot is free, so a gate answering its share slowly
 	// lets requests queue in the client, within NATS's pending limits.
-	sub, err := b.nc.QueueSubscribe(o.Subject, o.Queue, func(m *nats.Msg) {
+	subject := b.opts.CheckSubject
+	sub, err := b.nc.QueueSubscribe(subject, o.Queue, func(m *nats.Msg) {
 		if m.Reply == "" {
 			b.log.Debug("check without a reply subject ignored", "subject", m.Subject)
 			return
@@ -79,7 +78,7 @@ func (b *Bus) ServeChecks(ctx context.Context, check CheckFunc, o CheckOptions) 
 		})
 	})
 	if err != nil {
-		return fmt.Errorf("subscribe to %s: %w", o.Subject, err)
+		return fmt.Errorf("subscribe to %s: %w", subject, err)
 	}
 	<-ctx.Done()
 	if err := sub.Drain(); err != nil {

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/nats-io/nats.go"
 )
 
 // serveChecks runs ServeChecks on b until the test ends, and checks that it
@@ -29,7 +31,7 @@ func serveChecks(t *testing.T, b *Bus, check CheckFunc) {
 	go func() {
 		defer close(ready)
 		for {
-			if _, err := b.nc.Request(DefaultCheckSubject, []byte(`ping`), time.Second); err == nil || ctx.Err() != nil {
+			if _, err := b.nc.Request(b.opts.CheckSubject, []byte(`ping`), time.Second); err == nil || ctx.Err() != nil {
 				return
 			}
 		}
@@ -43,10 +45,10 @@ func serveChecks(t *testing.T, b *Bus, check CheckFunc) {
 	})
 }
 
-// request sends body on gate.check and decodes the reply.
+// request sends body on b's check subject and decodes the reply.
 func request(t *testing.T, b *Bus, body string) (gate.CheckAnswer, checkError) {
 	t.Helper()
-	msg, err := b.nc.Request(DefaultCheckSubject, []byte(body), 5*time.Second)
+	msg, err := b.nc.Request(b.opts.CheckSubject, []byte(body), 5*time.Second)
 	if err != nil {
 		t.Fatalf("request: %v", err)
 	}
@@ -145,5 +147,23 @@ func TestServeChecksIgnoresNoReply(t *testing.T) {
 	request(t, b, `{"id":"d"}`)
 	if got := calls.Load(); got != 1 {
 		t.Errorf("%d checks decided, want 1 (the request with a reply subject)", got)
+	}
+}
+
+// TestServeChecksOnItsSubject: a bus whose CheckSubject is set answers
+// checks there, and nothing answers on gate.check.
+func TestServeChecksOnItsSubject(t *testing.T) {
+	b, err := New(t.Context(), startServer(t), Options{CheckSubject: "ops.check"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveChecks(t, b, func(context.Context, []byte) (gate.CheckAnswer, error) {
+		return gate.CheckAnswer{Decision: "forward", Admitted: true}, nil
+	})
+	if a, e := request(t, b, `{"id":"x"}`); e.Error != "" || a.Decision != "forward" {
+		t.Errorf("check on ops.check: %+v, %+v; want the answer", a, e)
+	}
+	if _, err := b.nc.Request(DefaultCheckSubject, []byte(`{"id":"x"}`), 5*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Errorf("check on %s: %v, want no responders", DefaultCheckSubject, err)
 	}
 }

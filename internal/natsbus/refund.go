@@ -13,7 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The refund stream and its consumer: part of the public contract.
+// The refund stream and its consumer: part of the public contract. The
+// subject is Options.RefundSubject, DefaultRefundSubject by default.
 const (
 	StreamRefund         = "GATE_REFUND"
 	RefundConsumerName   = "gate-refund"
@@ -21,9 +22,8 @@ const (
 )
 
 // RefundOptions tune ConsumeRefunds. Zero values take the defaults shown.
+// The subject and the stream's age bound are the bus's (Options).
 type RefundOptions struct {
-	Subject string        // "gate.refund"
-	MaxAge  time.Duration // how long an unhandled refund waits in GATE_REFUND (7d)
 	// RetryMin and RetryMax bound the delay before a refund that met a
 	// transient failure is redelivered; it doubles with each delivery
 	// (500ms, 30s).
@@ -32,12 +32,6 @@ type RefundOptions struct {
 }
 
 func (o *RefundOptions) setDefaults() {
-	if o.Subject == "" {
-		o.Subject = DefaultRefundSubject
-	}
-	if o.MaxAge <= 0 {
-		o.MaxAge = 7 * 24 * time.Hour
-	}
 	if o.RetryMin <= 0 {
 		o.RetryMin = 500 * time.Millisecond
 	}
@@ -46,16 +40,21 @@ func (o *RefundOptions) setDefaults() {
 	}
 }
 
-// ensureRefunds creates GATE_REFUND when missing (a work queue: a refund
-// leaves it once handled) and the durable consumer every gate shares.
-func (b *Bus) ensureRefunds(ctx context.Context, o RefundOptions) (jetstream.Consumer, error) {
-	err := b.ensureStream(ctx, jetstream.StreamConfig{
-		Name: StreamRefund, Subjects: []string{o.Subject}, Storage: jetstream.FileStorage,
-		Retention: jetstream.WorkQueuePolicy, MaxAge: o.MaxAge, MaxMsgSize: b.opts.MaxMsgBytes,
+// refundStream is GATE_REFUND as the gate creates it: a work queue (a
+// refund leaves it once handled) on the refund subject.
+func (b *Bus) refundStream() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name: StreamRefund, Subjects: []string{b.opts.RefundSubject}, Storage: jetstream.FileStorage,
+		Retention: jetstream.WorkQueuePolicy, MaxAge: b.opts.RefundMaxAge, MaxMsgSize: b.opts.MaxMsgBytes,
 		Duplicates:  2 * time.Minute,
 		Description: "refunds: forwarded messages their sender failed to deliver, to take out of their windows",
-	})
-	if err != nil {
+	}
+}
+
+// ensureRefunds creates GATE_REFUND when missing (New did, but it may
+// have been deleted since) and the durable consumer every gate shares.
+func (b *Bus) ensureRefunds(ctx context.Context) (jetstream.Consumer, error) {
+	if err := b.ensureStream(ctx, b.refundStream()); err != nil {
 		return nil, err
 	}
 	c, err := b.js.CreateOrUpdateConsumer(ctx, StreamRefund, jetstream.ConsumerConfig{
@@ -64,7 +63,7 @@ func (b *Bus) ensureRefunds(ctx context.Context, o RefundOptions) (jetstream.Con
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       b.opts.AckWait,
 		MaxAckPending: b.opts.MaxAckPending,
-		FilterSubject: o.Subject,
+		FilterSubject: b.opts.RefundSubject,
 		// A refund is retried while its stores are down, never given up:
 		// a lost refund spends a recipient's budget for nothing.
 		MaxDeliver: -1,
@@ -75,7 +74,8 @@ func (b *Bus) ensureRefunds(ctx context.Context, o RefundOptions) (jetstream.Con
 	return c, nil
 }
 
-// ConsumeRefunds hands every refund published on the refund subject to
+// ConsumeRefunds hands every refund published on the refund subject
+// (Options.RefundSubject) to
 // refunder, one at a time, until ctx is cancelled; then it stops pulling,
 // finishes the refund in hand and returns nil. The transport alone settles
 // each refund from refunder's verdict: done or already done, ack; refused
@@ -87,7 +87,7 @@ func (b *Bus) ensureRefunds(ctx context.Context, o RefundOptions) (jetstream.Con
 func (b *Bus) ConsumeRefunds(ctx context.Context, refunder gate.Refunder, o RefundOptions) error {
 	o.setDefaults()
 	for {
-		cons, err := b.ensureRefunds(ctx, o)
+		cons, err := b.ensureRefunds(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -113,5 +114,65 @@ func TestConsumeRefunds(t *testing.T) {
 	}
 	if string(m.Data) != "not json" || m.Header.Get(HeaderError) == "" || m.Header.Get(jetstream.MsgIDHeader) != StreamIn+":id:refund:seq:4" {
 		t.Errorf("dead letter %q, headers %v; want the body, a Gate-Error and a Nats-Msg-Id naming refund 4", m.Data, m.Header)
+	}
+}
+
+// TestRefundSubject: New creates GATE_REFUND on the bus's refund subject,
+// and ConsumeRefunds reads refunds there.
+func TestRefundSubject(t *testing.T) {
+	b, err := New(t.Context(), startServer(t), Options{RefundSubject: "ops.refund"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := b.JetStream()
+	stream, err := js.Stream(t.Context(), StreamRefund)
+	if err != nil {
+		t.Fatalf("New did not create %s: %v", StreamRefund, err)
+	}
+	if subj := stream.CachedInfo().Config.Subjects; len(subj) != 1 || subj[0] != "ops.refund" {
+		t.Fatalf("%s captures %v, want [ops.refund]", StreamRefund, subj)
+	}
+	ref := &scriptedRefunder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.ConsumeRefunds(ctx, ref, RefundOptions{}) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ConsumeRefunds: %v", err)
+		}
+	}()
+	if _, err := js.Publish(t.Context(), "ops.refund", []byte(`{"id":"ok"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); len(ref.calls()) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the refund on ops.refund was not handed over within 20s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := ref.calls(); fmt.Sprint(got) != "[ok/nats]" {
+		t.Errorf("refunds asked %v, want [ok/nats]", got)
+	}
+}
+
+// TestNewRejectsARefundStreamWithoutItsSubject: an existing GATE_REFUND
+// that does not capture the refund subject stops New, as GATE_IN's does,
+// rather than leaving refunds published where no stream keeps them.
+func TestNewRejectsARefundStreamWithoutItsSubject(t *testing.T) {
+	nc := startServer(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: StreamRefund, Subjects: []string{"other.refund"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(t.Context(), nc, Options{}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "GATE_REFUND exists but does not capture subject gate.refund") {
+		t.Fatalf("err = %v, want a clear misconfiguration error", err)
+	}
+	if _, err := New(t.Context(), nc, Options{RefundSubject: "other.refund"}, slog.New(slog.DiscardHandler)); err != nil {
+		t.Errorf("New with the stream's subject: %v", err)
 	}
 }
