@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -39,6 +40,8 @@ type config struct {
 	InSubject        string
 	OutSubject       string
 	DeadSubject      string
+	CheckSubject     string
+	RefundSubject    string
 	MaxMessageBytes  int
 	Batch            int
 	StoreTimeout     time.Duration
@@ -126,6 +129,8 @@ func settings(c *config) []setting {
 		{"in-subject", "GATE_IN_SUBJECT", "gate.in", "subject producers publish to", false, str(&c.InSubject)},
 		{"out-subject", "GATE_OUT_SUBJECT", "gate.out", "subject forwarded messages are published to", false, str(&c.OutSubject)},
 		{"dead-subject", "GATE_DEAD_SUBJECT", "gate.dead", "subject undecidable messages are parked on", false, str(&c.DeadSubject)},
+		{"check-subject", "GATE_CHECK_SUBJECT", "gate.check", "subject of synchronous checks (core NATS request-reply, as POST /v1/check)", false, str(&c.CheckSubject)},
+		{"refund-subject", "GATE_REFUND_SUBJECT", "gate.refund", "subject senders publish refunds to (captured by the GATE_REFUND stream)", false, str(&c.RefundSubject)},
 		{"max-message-bytes", "GATE_MAX_MESSAGE_BYTES", "262144", "largest envelope decided; larger ones go to the dead letter", false, num(&c.MaxMessageBytes)},
 		{"batch", "GATE_BATCH", "256", "most messages decided together", false, num(&c.Batch)},
 		{"store-timeout", "GATE_STORE_TIMEOUT", "200ms", "longest wait for the window store on one batch", false, dur(&c.StoreTimeout)},
@@ -262,8 +267,82 @@ func (c *config) validate() error {
 	if c.MaxMessageBytes < 1024 {
 		errs = append(errs, "GATE_MAX_MESSAGE_BYTES must be at least 1024")
 	}
+	errs = append(errs, c.subjectErrors()...)
 	if len(errs) > 0 {
 		return &usageError{"bad configuration: " + strings.Join(errs, "; ")}
 	}
 	return nil
+}
+
+// subjectErrors checks the NATS subjects: each well formed, no wildcard
+// where the gate publishes (out, dead), and no two that one message could
+// match. Streams may not share subjects (JetStream would refuse GATE_REFUND
+// on gate.in, in words that do not name the setting), a stream capturing
+// the check subject would answer each check with its publish
+// acknowledgement, and forwarding to gate.in would decide every message
+// again.
+func (c *config) subjectErrors() []string {
+	subjects := []struct {
+		env, v    string
+		publishes bool
+	}{
+		{"GATE_IN_SUBJECT", c.InSubject, false},
+		{"GATE_OUT_SUBJECT", c.OutSubject, true},
+		{"GATE_DEAD_SUBJECT", c.DeadSubject, true},
+		{"GATE_CHECK_SUBJECT", c.CheckSubject, false},
+		{"GATE_REFUND_SUBJECT", c.RefundSubject, false},
+	}
+	var errs []string
+	for i, s := range subjects {
+		if err := checkSubject(s.v, !s.publishes); err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", s.env, err))
+			continue
+		}
+		for _, o := range subjects[:i] {
+			if checkSubject(o.v, !o.publishes) == nil && subjectsOverlap(s.v, o.v) {
+				errs = append(errs, fmt.Sprintf("%s (%s) overlaps %s (%s): each needs a subject of its own", s.env, s.v, o.env, o.v))
+			}
+		}
+	}
+	return errs
+}
+
+// checkSubject refuses what NATS would not take as a subject: an empty
+// one, an empty token (gate..in, a leading or trailing dot), white space;
+// and a wildcard (* or >) unless wildcards is set, and then one that is
+// not a whole token or a > that is not the last.
+func checkSubject(s string, wildcards bool) error {
+	if s == "" {
+		return errors.New("want a NATS subject such as gate.in, got an empty one")
+	}
+	if strings.ContainsFunc(s, unicode.IsSpace) {
+		return fmt.Errorf("want a NATS subject without white space, got %q", s)
+	}
+	tokens := strings.Split(s, ".")
+	for i, t := range tokens {
+		switch {
+		case t == "":
+			return fmt.Errorf("want a NATS subject of dot-separated names such as gate.in, got %q", s)
+		case !wildcards && strings.ContainsAny(t, "*>"):
+			return fmt.Errorf("want a subject without wildcards (* or >), since the gate publishes to it, got %q", s)
+		case t == ">" && i != len(tokens)-1, t != "*" && t != ">" && strings.ContainsAny(t, "*>"):
+			return fmt.Errorf("want wildcards as whole names, > only last (gate.in.>), got %q", s)
+		}
+	}
+	return nil
+}
+
+// subjectsOverlap reports whether some subject matches both a and b,
+// either of which may hold wildcards.
+func subjectsOverlap(a, b string) bool {
+	ta, tb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := range min(len(ta), len(tb)) {
+		switch {
+		case ta[i] == ">" || tb[i] == ">":
+			return true
+		case ta[i] != tb[i] && ta[i] != "*" && tb[i] != "*":
+			return false
+		}
+	}
+	return len(ta) == len(tb)
 }

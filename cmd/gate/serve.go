@@ -132,6 +132,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	}
 	bus, err := natsbus.New(ctx, nc, natsbus.Options{
 		InSubject: c.InSubject, OutSubject: c.OutSubject, DeadSubject: c.DeadSubject,
+		CheckSubject: c.CheckSubject, RefundSubject: c.RefundSubject,
 		AckWait: c.AckWait, MaxAckPending: c.MaxAckPending, MaxDeliver: c.MaxDeliver,
 		MaxMsgBytes: int32(min(max(2*c.MaxMessageBytes, 1<<20), 64<<20)),
 	}, log)
@@ -185,7 +186,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	log.Info("gate starting",
 		"nats", natsName, "window_store", storeName, "audit_store", auditName, "rules", ruleSource,
 		"rules_version", live.Current().Version, "http", "http://"+ln.Addr().String(),
-		"api_token", c.APIToken != "", "in", c.InSubject, "out", c.OutSubject, "dead", c.DeadSubject)
+		"api_token", c.APIToken != "", "in", c.InSubject, "out", c.OutSubject, "dead", c.DeadSubject,
+		"check", c.CheckSubject, "refund", c.RefundSubject)
 
 	var wg sync.WaitGroup
 	consumeCtx, stopConsume := context.WithCancel(context.Background())

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/natsbus"
+	"github.com/nats-io/nats.go"
+)
+
+// TestSubjectSettings: the check and refund subjects are read as the other
+// subjects are (flag over variable over default), and every subject is
+// checked at start: a malformed one, a wildcard where the gate publishes,
+// or two that one message could match is an error naming the setting.
+func TestSubjectSettings(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		check   string
+		refund  string
+		wantErr string // a part of the error; empty: none
+	}{
+		{name: "defaults", check: "gate.check", refund: "gate.refund"},
+		{name: "variables", env: map[string]string{"GATE_CHECK_SUBJECT": "ops.check", "GATE_REFUND_SUBJECT": "ops.refund"},
+			check: "ops.check", refund: "ops.refund"},
+		{name: "flags over variables", env: map[string]string{"GATE_CHECK_SUBJECT": "ops.check", "GATE_REFUND_SUBJECT": "ops.refund"},
+			args: []string{"--check-subject", "a.check", "--refund-subject", "a.refund"}, check: "a.check", refund: "a.refund"},
+		{name: "wildcard where the gate subscribes", env: map[string]string{"GATE_CHECK_SUBJECT": "gate.check.*", "GATE_IN_SUBJECT": "gate.in.>"},
+			check: "gate.check.*", refund: "gate.refund"},
+		{name: "empty token", env: map[string]string{"GATE_CHECK_SUBJECT": "gate..check"}, wantErr: "GATE_CHECK_SUBJECT: want a NATS subject of dot-separated names"},
+		{name: "trailing dot", args: []string{"--refund-subject", "gate.refund."}, wantErr: "GATE_REFUND_SUBJECT: want a NATS subject of dot-separated names"},
+		{name: "white space", env: map[string]string{"GATE_REFUND_SUBJECT": "gate refund"}, wantErr: "GATE_REFUND_SUBJECT: want a NATS subject without white space"},
+		{name: "wildcard where the gate publishes", env: map[string]string{"GATE_OUT_SUBJECT": "gate.out.*"}, wantErr: "GATE_OUT_SUBJECT: want a subject without wildcards"},
+		{name: "wildcard inside a name", env: map[string]string{"GATE_REFUND_SUBJECT": "gate.ref*"}, wantErr: "GATE_REFUND_SUBJECT: want wildcards as whole names"},
+		{name: "> not last", env: map[string]string{"GATE_CHECK_SUBJECT": "gate.>.check"}, wantErr: "GATE_CHECK_SUBJECT: want wildcards as whole names"},
+		{name: "same as another", env: map[string]string{"GATE_REFUND_SUBJECT": "gate.in"},
+			wantErr: "GATE_REFUND_SUBJECT (gate.in) overlaps GATE_IN_SUBJECT (gate.in)"},
+		{name: "check captured by a stream's wildcard", env: map[string]string{"GATE_IN_SUBJECT": "gate.>"},
+			wantErr: "GATE_CHECK_SUBJECT (gate.check) overlaps GATE_IN_SUBJECT (gate.>)"},
+		{name: "wildcards that meet", env: map[string]string{"GATE_CHECK_SUBJECT": "ops.*.check", "GATE_REFUND_SUBJECT": "ops.gate.*"},
+			wantErr: "GATE_REFUND_SUBJECT (ops.gate.*) overlaps GATE_CHECK_SUBJECT (ops.*.check)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseConfig(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseConfig: %v", err)
+			}
+			if c.CheckSubject != tt.check || c.RefundSubject != tt.refund {
+				t.Errorf("check %q refund %q, want %q %q", c.CheckSubject, c.RefundSubject, tt.check, tt.refund)
+			}
+		})
+	}
+}
+
+func TestSubjectsOverlap(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want bool
+	}{
+		{"gate.in", "gate.in", true},
+		{"gate.in", "gate.out", false},
+		{"gate.in", "gate.in.x", false},
+		{"gate.*", "gate.in", true},
+		{"gate.>", "gate.in.x", true},
+		{"gate.in.>", "gate.in", false},
+		{"*.in", "gate.*", true},
+		{"*.in", "gate.out", false},
+	}
+	for _, tt := range tests {
+		if got := subjectsOverlap(tt.a, tt.b); got != tt.want {
+			t.Errorf("subjectsOverlap(%q, %q) = %v, want %v", tt.a, tt.b, got, tt.want)
+		}
+		if got := subjectsOverlap(tt.b, tt.a); got != tt.want {
+			t.Errorf("subjectsOverlap(%q, %q) = %v, want %v", tt.b, tt.a, got, tt.want)
+		}
+	}
+}
+
+// TestServeSubjectSettings: a gate started with GATE_CHECK_SUBJECT and
+// GATE_REFUND_SUBJECT answers checks and takes refunds there (GATE_REFUND
+// captures the refund subject, and nothing answers on gate.check); a gate
+// started later with another refund subject over that GATE_REFUND refuses
+// to start, naming the stream and the subject, as for GATE_IN.
+func TestServeSubjectSettings(t *testing.T) {
+	e := newEnv(t, stackEmbedded, checkRules)
+	custom := map[string]string{"GATE_CHECK_SUBJECT": "ops.check", "GATE_REFUND_SUBJECT": "ops.refund"}
+	g := e.start(custom)
+	c := e.client()
+
+	msg, err := c.nc.Request("ops.check", checkOf("sub-1", "c.three", "u1", false), 10*time.Second)
+	if err != nil {
+		t.Fatalf("check on ops.check: %v", err)
+	}
+	var a gate.CheckAnswer
+	if err := json.Unmarshal(msg.Data, &a); err != nil || a.Decision != gate.OutcomeForward || !a.Admitted {
+		t.Fatalf("check on ops.check: %s (%v), want an admitted forward", msg.Data, err)
+	}
+	if _, err := c.nc.Request(natsbus.DefaultCheckSubject, checkOf("sub-2", "c.three", "u1", false), 5*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Errorf("check on %s: %v, want no responders", natsbus.DefaultCheckSubject, err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	s, err := c.js.Stream(ctx, natsbus.StreamRefund)
+	if err != nil {
+		t.Fatalf("GATE_REFUND: %v", err)
+	}
+	if subj := s.CachedInfo().Config.Subjects; len(subj) != 1 || subj[0] != "ops.refund" {
+		t.Fatalf("GATE_REFUND captures %v, want [ops.refund]", subj)
+	}
+	if _, err := c.js.Publish(ctx, "ops.refund", []byte(`{"id":"never-decided"}`)); err != nil {
+		t.Fatalf("publish on ops.refund: %v", err)
+	}
+	// A refund of an id never decided is refused and acked: the work
+	// queue empties once the gate has read it from ops.refund.
+	for {
+		info, err := s.Info(ctx)
+		if err == nil && info.State.Msgs == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the refund on ops.refund was not taken within 20s: %+v, %v", info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := g.shutdown(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+
+	vars := e.settings(nil)
+	var log lockedBuffer
+	err = run(t.Context(), []string{"serve"}, func(k string) string { return vars[k] }, nil, io.Discard, &log)
+	if err == nil || !strings.Contains(err.Error(), "stream GATE_REFUND exists but does not capture subject gate.refund") {
+		t.Fatalf("gate started over GATE_REFUND on ops.refund with the default refund subject: %v, want a clear error", err)
+	}
+}
