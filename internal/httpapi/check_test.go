@@ -45,11 +45,18 @@ func checkServer(t *testing.T, c Checker) *httptest.Server {
 
 func postCheck(t *testing.T, srv *httptest.Server, body string, withToken bool) (int, http.Header, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/check", strings.NewReader(body))
+	return request(t, srv, http.MethodPost, "/v1/check", body, withToken)
+}
+
+// request sends body to path with method, with the API token when
+// withToken, and returns the answer's status, headers and body: what the
+// tests of the check, preview, preferences and refund paths call.
+func request(t *testing.T, srv *httptest.Server, method, path, body string, withToken bool) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
 	if withToken {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -65,18 +64,8 @@ func (s *prefStore) PreferenceChanges(context.Context, time.Time, int) ([]gate.P
 
 func call(t *testing.T, srv *httptest.Server, method, path, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, _, b := request(t, srv, method, path, body, true)
+	return code, b
 }
 
 func TestPreferencesAPI(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -44,23 +43,8 @@ func previewServer(t *testing.T, p gate.Previewer) *httptest.Server {
 
 func post(t *testing.T, srv *httptest.Server, path, body string, withToken bool) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if withToken {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	code, _, b := request(t, srv, http.MethodPost, path, body, withToken)
+	return code, b
 }
 
 func TestPreviewAnswers(t *testing.T) {

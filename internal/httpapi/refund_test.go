@@ -51,18 +51,12 @@ func (fakeRefundLog) Refunds(_ context.Context, f gate.RefundFilter) (gate.Refun
 
 func postRefund(t *testing.T, srv *httptest.Server, path, body string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	code, _, b := request(t, srv, http.MethodPost, path, body, true)
 	var out map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+	if err := json.Unmarshal([]byte(b), &out); err != nil {
 		t.Fatalf("POST %s %s: body is not JSON: %v", path, body, err)
 	}
-	return resp.StatusCode, out
+	return code, out
 }
 
 // TestRefundStatuses: every answer of a refund has its status, and a body
