@@ -194,6 +194,16 @@ type CheckAnswers interface {
 	Save(ctx context.Context, id string, a CheckAnswer) error
 }
 
+// CheckAnswersSaver is a CheckAnswers that also stores many answers at once,
+// in one statement: the checks decided together in one batch store their
+// answers together. SaveAll stores answers (id to answer) as Save stores
+// each: an id with an answer stored already keeps it. Its errors are Save's.
+// A CheckAnswers without it has its answers saved one by one.
+type CheckAnswersSaver interface {
+	CheckAnswers
+	SaveAll(ctx context.Context, answers map[string]CheckAnswer) error
+}
+
 // CheckFailure is what a transport answers for a check that failed with
 // err: an HTTP status (400 for a body that is not a valid check, 503 when a
 // store did not answer, 500 for anything else, a bug) and the message of its

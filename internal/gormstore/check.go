@@ -5,12 +5,15 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
 
-var _ gate.CheckAnswers = (*Store)(nil)
+var _ gate.CheckAnswersSaver = (*Store)(nil)
 
 // Answer returns the answer stored for the check of id and, in the same
 // statement, what the ledger holds of id: a check asked again gets its first
@@ -65,6 +68,46 @@ func (s *Store) Save(ctx context.Context, id string, a gate.CheckAnswer) error {
 ON CONFLICT (id) DO NOTHING`, id, string(b), s.dbTime(at)).Error
 	if err != nil {
 		return classify(op, err)
+	}
+	return nil
+}
+
+// saveRows bounds the rows of one INSERT of SaveAll: three parameters a
+// row stay far below SQLite's and PostgreSQL's limits on parameters.
+const saveRows = 200
+
+// SaveAll stores answers (id to answer) as Save stores each, in one INSERT
+// per saveRows answers: an id with an answer stored already keeps it. The
+// ids are inserted in order, so that two gates saving overlapping batches
+// at once take their row locks in the same order and do not deadlock.
+// Errors are as Save's; rows inserted before a failed INSERT stay.
+func (s *Store) SaveAll(ctx context.Context, answers map[string]gate.CheckAnswer) error {
+	const op = "save check answers"
+	ids := slices.Sorted(maps.Keys(answers))
+	for part := range slices.Chunk(ids, saveRows) {
+		var q strings.Builder
+		q.WriteString("INSERT INTO check_answers (id, answer, decided_at) VALUES ")
+		args := make([]any, 0, 3*len(part))
+		for i, id := range part {
+			a := answers[id]
+			b, err := json.Marshal(a)
+			if err != nil {
+				return fmt.Errorf("%s: %w: %w", op, gate.ErrPermanent, err)
+			}
+			at := a.DecidedAt
+			if at.IsZero() {
+				at = time.Now()
+			}
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?)")
+			args = append(args, id, string(b), s.dbTime(at))
+		}
+		q.WriteString(" ON CONFLICT (id) DO NOTHING")
+		if err := s.db.WithContext(ctx).Exec(q.String(), args...).Error; err != nil {
+			return classify(op, err)
+		}
 	}
 	return nil
 }

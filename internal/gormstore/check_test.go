@@ -23,6 +23,44 @@ func runCheckAnswers(t *testing.T, fresh freshFunc) {
 	t.Run("ConcurrentSaves", func(t *testing.T) { testCheckAnswerConcurrent(t, fresh) })
 	t.Run("Prune", func(t *testing.T) { testCheckAnswerPrune(t, fresh) })
 	t.Run("RefusedID", func(t *testing.T) { testCheckAnswerRefused(t, fresh) })
+	t.Run("SaveAll", func(t *testing.T) { testCheckAnswerSaveAll(t, fresh) })
+}
+
+// testCheckAnswerSaveAll: a batch of answers larger than one INSERT is
+// stored in full, and an id stored before keeps its first answer.
+func testCheckAnswerSaveAll(t *testing.T, fresh freshFunc) {
+	s := MustOpen(t, fresh(t))
+	ctx := context.Background()
+	if err := s.SaveAll(ctx, nil); err != nil {
+		t.Fatalf("no answers: %v", err)
+	}
+	first := checkAnswer(t0, 1)
+	if err := s.Save(ctx, "b-7", first); err != nil {
+		t.Fatal(err)
+	}
+	batch := map[string]gate.CheckAnswer{}
+	for i := range 2*saveRows + 50 {
+		batch[fmt.Sprintf("b-%d", i)] = checkAnswer(t0.Add(time.Duration(i)*time.Second), i+2)
+	}
+	if err := s.SaveAll(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveAll(ctx, batch); err != nil {
+		t.Fatalf("saving the batch again must change nothing and succeed: %v", err)
+	}
+	if n := countRows(t, s, "check_answers"); n != int64(len(batch)) {
+		t.Errorf("got %d rows, want %d", n, len(batch))
+	}
+	for _, id := range []string{"b-0", "b-7", "b-449"} {
+		want := batch[id]
+		if id == "b-7" {
+			want = first
+		}
+		got, found, _, err := s.Answer(ctx, id)
+		if err != nil || !found || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: got %+v (found %v, err %v), want %+v", id, got, found, err, want)
+		}
+	}
 }
 
 // checkAnswer is a refused check's answer decided at at.
