@@ -55,21 +55,7 @@ LEFT JOIN decisions d ON d."key" = q.k`, id).Row().Scan(&answer, &outcome, &at)
 // Save stores a as the answer to the check of id, unless one is stored
 // already: the first answer stays. Errors are as Answer's.
 func (s *Store) Save(ctx context.Context, id string, a gate.CheckAnswer) error {
-	const op = "save check answer"
-	b, err := json.Marshal(a)
-	if err != nil {
-		return fmt.Errorf("%s: %w: %w", op, gate.ErrPermanent, err)
-	}
-	at := a.DecidedAt
-	if at.IsZero() {
-		at = time.Now()
-	}
-	err = s.db.WithContext(ctx).Exec(`INSERT INTO check_answers (id, answer, decided_at) VALUES (?, ?, ?)
-ON CONFLICT (id) DO NOTHING`, id, string(b), s.dbTime(at)).Error
-	if err != nil {
-		return classify(op, err)
-	}
-	return nil
+	return s.SaveAll(ctx, map[string]gate.CheckAnswer{id: a})
 }
 
 // saveRows bounds the rows of one INSERT of SaveAll: three parameters a
