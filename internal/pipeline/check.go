@@ -42,7 +42,10 @@ type CheckOptions struct {
 // and records an admission in the windows and the ledger the pipeline uses,
 // so that checks and messages on gate.in share every limit. It is safe for
 // concurrent use.
-type Checker struct{ o CheckOptions }
+type Checker struct {
+	o CheckOptions
+	q checkQueue
+}
 
 // NewChecker checks the options and returns a Checker.
 func NewChecker(o CheckOptions) (*Checker, error) {
@@ -78,59 +81,22 @@ var ErrCheckStore = errors.New("check could not be answered")
 // with the first one's answer, and takes an admission it recorded back out
 // of the windows unless the first was admitted too: a window holds an id
 // once, so that admission is the first one's slot.
+//
+// Checks asked at once are decided together, in batches (see checkBatch):
+// a check waits for the batch that takes it, and returns early, with an
+// error wrapping gate.ErrUnavailable and ctx's error, when ctx ends first;
+// the batch then still decides it, and a second ask of its id gets that
+// answer.
 func (c *Checker) Check(ctx context.Context, body []byte) (a gate.CheckAnswer, err error) {
 	defer func() { c.count(a, err) }()
 	req, err := gate.ParseCheck(body, c.o.MaxBytes)
 	if err != nil {
 		return gate.CheckAnswer{}, err
 	}
-	m := req.Message
-	if prev, ok, err := c.answered(ctx, m.ID); err != nil || ok {
+	if prev, ok, err := c.answered(ctx, req.Message.ID); err != nil || ok {
 		return prev, err
 	}
-	rules := c.o.Rules.Current()
-	now := c.o.Now()
-	plan := gate.PlanWithPreferences(rules, m, c.preferences(ctx, m.Recipient()), now)
-	d, res, counted, err := c.decide(ctx, rules, plan, req.DryRun, now)
-	if err != nil {
-		return gate.CheckAnswer{}, err
-	}
-	a = gate.AnswerOf(d, res, rules.Version)
-	if req.DryRun {
-		a.DryRun = true
-		return a, nil
-	}
-	var forget []gate.AdmitRequest
-	if counted {
-		forget = []gate.AdmitRequest{*plan.Request}
-	}
-	done := startTimer(c.o.Metrics, "audit", "commit")
-	known, err := c.o.Audit.Commit(ctx, []gate.Record{gate.CheckRecord(m, d, rules.Version)})
-	done()
-	if err != nil {
-		// Not durable, so not an answer: the admission is taken back, and
-		// the caller asks again.
-		c.forget(ctx, forget)
-		return gate.CheckAnswer{}, c.failed("audit", "commit", err)
-	}
-	if len(known) > 0 {
-		// The id was claimed first by another check (or a message). A
-		// window counts an id once, whichever ask recorded it: when the
-		// first was admitted, the slot this check recorded is its slot
-		// too, and stays; otherwise it is taken back.
-		first, err := c.first(ctx, m.ID)
-		if err != nil || !first.Admitted {
-			c.forget(ctx, forget)
-		}
-		return first, err
-	}
-	// A failure to store the answer leaves the ledger's outcome, which a
-	// second ask answers with (PriorAnswer): the decision stands either way.
-	if err := c.o.Answers.Save(ctx, m.ID, a); err != nil {
-		countFailure(c.o.Metrics, "audit", "save_check")
-		c.o.Log.Warn("storing a check's answer failed; a second ask of its id gets the ledger's outcome", "id", m.ID, "err", err)
-	}
-	return a, nil
+	return c.wait(ctx, c.enqueue(ctx, req))
 }
 
 // answered looks id up among the stored answers and in the ledger: a check
@@ -188,84 +154,6 @@ func (c *Checker) first(ctx context.Context, id string) (gate.CheckAnswer, error
 		case <-t.C:
 		}
 	}
-}
-
-// decide decides the planned check as the pipeline decides a message:
-// behind held messages of its queue, else by the window store (which
-// records an admission unless dryRun), else, with the store down, failing
-// open when the scene says so. counted reports an admission this check
-// recorded.
-func (c *Checker) decide(ctx context.Context, rules *gate.RuleSet, plan gate.Plan, dryRun bool, now time.Time) (d gate.Decision, res gate.AdmitResult, counted bool, err error) {
-	if q, ok, err := c.queued(ctx, plan); err != nil {
-		return d, res, false, err
-	} else if ok {
-		return gate.Queued(plan, q, now), res, false, nil
-	}
-	if plan.Request != nil {
-		req := *plan.Request
-		req.DryRun = dryRun
-		done := startTimer(c.o.Metrics, "window", "admit")
-		rs, err := admit(ctx, c.o.Store, []gate.AdmitRequest{req})
-		done()
-		if err != nil {
-			if d, ok := gate.FailOpen(plan, c.o.Now()); ok && !errors.Is(err, gate.ErrInvalidRequest) {
-				countFailure(c.o.Metrics, "window", "admit")
-				return d, res, false, nil
-			}
-			return d, res, false, c.failed("window", "admit", err)
-		}
-		res = rs[0]
-		counted = res.Admitted && !res.Duplicate && !dryRun
-	}
-	return gate.Resolve(rules, plan, res, now), res, counted, nil
-}
-
-// queued reports the first queue of the plan that holds messages now, which
-// a message sent now would overtake. Quiet hours hold the message whatever
-// its queues hold.
-func (c *Checker) queued(ctx context.Context, plan gate.Plan) (gate.HoldQueue, bool, error) {
-	if c.o.Holds == nil || plan.Quiet || len(plan.Queues) == 0 {
-		return gate.HoldQueue{}, false, nil
-	}
-	qs := make([]gate.Queue, len(plan.Queues))
-	for i, hq := range plan.Queues {
-		qs[i] = hq.Queue
-	}
-	done := startTimer(c.o.Metrics, "audit", "waiting")
-	waiting, err := c.o.Holds.Waiting(ctx, qs)
-	done()
-	if err != nil {
-		return gate.HoldQueue{}, false, c.failed("audit", "waiting", err)
-	}
-	for _, hq := range plan.Queues {
-		if waiting[hq.Queue] {
-			return hq, true, nil
-		}
-	}
-	return gate.HoldQueue{}, false, nil
-}
-
-// preferences looks up the preferences of recipient, and fails open as the
-// pipeline does (preferences are a courtesy): should the lookup fail, the
-// check is decided without them, and the failure is counted and logged.
-func (c *Checker) preferences(ctx context.Context, recipient string) *gate.Preferences {
-	if c.o.Preferences == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, preferenceTimeout)
-	defer cancel()
-	done := startTimer(c.o.Metrics, "audit", "preferences")
-	found, err := c.o.Preferences.Preferences(ctx, []string{recipient})
-	done()
-	if err != nil {
-		countFailure(c.o.Metrics, "audit", "preferences")
-		c.o.Log.Warn("reading a recipient's preferences failed; the check is decided without them", "err", err)
-		return nil
-	}
-	if pr, ok := found[recipient]; ok {
-		return &pr
-	}
-	return nil
 }
 
 // failed counts a failed call and returns its error, wrapping

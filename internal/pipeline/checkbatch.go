@@ -1,0 +1,445 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+// maxCheckBatch bounds the checks one batch decides: enough to carry
+// thousands of checks a second in a few round trips each, few enough that
+// one batch's statements stay small.
+const maxCheckBatch = 256
+
+// checkBatchTimeout bounds a batch's store calls. A batch decides the checks
+// of many callers, so it runs on a context of its own, cancelled by none of
+// them: a caller that gives up does not fail the others.
+const checkBatchTimeout = 10 * time.Second
+
+// checkQueue holds the checks waiting for a batch. There is no timer: the
+// first check to arrive while no batch runs starts a drain goroutine, which
+// decides everything pending (at most maxCheckBatch at a time) and loops
+// until nothing is, then exits. A batch is thus what queued up while the
+// previous one ran: one check alone goes at once, and under load the
+// batches grow with it.
+type checkQueue struct {
+	mu       sync.Mutex
+	pending  []*checkItem
+	draining bool
+}
+
+// checkItem is one check in the queue, then in a batch.
+type checkItem struct {
+	req gate.CheckRequest
+	// gone is closed when the caller has stopped waiting: a batch that has
+	// not started on the check yet leaves it out.
+	gone <-chan struct{}
+	done chan struct{}
+	once sync.Once
+	a    gate.CheckAnswer
+	err  error
+	// twins are the later non-dry checks of the same id in the same batch:
+	// they get this check's answer, marked duplicate, and take no slot.
+	twins []*checkItem
+
+	// What the batch found: the plan, the decision, the window store's
+	// verdict, and whether the check recorded an admission (counted).
+	plan    gate.Plan
+	d       gate.Decision
+	res     gate.AdmitResult
+	decided bool // d is set: queued behind held messages, or failed open
+	counted bool
+	answer  gate.CheckAnswer
+	out     bool // answered already: an error at an earlier step
+}
+
+// resolve answers the check and its twins, once.
+func (it *checkItem) resolve(a gate.CheckAnswer, err error) {
+	it.once.Do(func() {
+		it.a, it.err = a, err
+		close(it.done)
+		for _, t := range it.twins {
+			ta := a
+			if err == nil {
+				ta.Duplicate, ta.DryRun = true, false
+			}
+			t.resolve(ta, err)
+		}
+	})
+}
+
+// fail answers the check with err and leaves it out of the batch's later
+// steps.
+func (it *checkItem) fail(err error) {
+	it.out = true
+	it.resolve(gate.CheckAnswer{}, err)
+}
+
+// admission is the admission the check recorded in the windows, if any.
+func (it *checkItem) admission() []gate.AdmitRequest {
+	if !it.counted {
+		return nil
+	}
+	return []gate.AdmitRequest{*it.plan.Request}
+}
+
+// enqueue queues req for a batch, starting the drain goroutine unless one
+// runs.
+func (c *Checker) enqueue(ctx context.Context, req gate.CheckRequest) *checkItem {
+	it := &checkItem{req: req, gone: ctx.Done(), done: make(chan struct{})}
+	c.q.mu.Lock()
+	c.q.pending = append(c.q.pending, it)
+	start := !c.q.draining
+	c.q.draining = true
+	c.q.mu.Unlock()
+	if start {
+		go c.drain()
+	}
+	return it
+}
+
+// wait waits for it's answer, or for ctx to end first.
+func (c *Checker) wait(ctx context.Context, it *checkItem) (gate.CheckAnswer, error) {
+	select {
+	case <-it.done:
+		return it.a, it.err
+	default:
+	}
+	select {
+	case <-it.done:
+		return it.a, it.err
+	case <-ctx.Done():
+		return gate.CheckAnswer{}, fmt.Errorf("check %q: %w: %w: %w", it.req.Message.ID, ErrCheckStore, gate.ErrUnavailable, ctx.Err())
+	}
+}
+
+// drain decides the pending checks, a batch at a time, until none is left.
+func (c *Checker) drain() {
+	for {
+		c.q.mu.Lock()
+		n := min(len(c.q.pending), maxCheckBatch)
+		if n == 0 {
+			c.q.draining = false
+			c.q.mu.Unlock()
+			return
+		}
+		batch := c.q.pending[:n:n]
+		if c.q.pending = c.q.pending[n:]; len(c.q.pending) == 0 {
+			c.q.pending = nil
+		}
+		c.q.mu.Unlock()
+		c.decideBatch(batch)
+	}
+}
+
+// decideBatch decides a batch of checks as Check decides one, with one call
+// to each store: one preferences lookup, one look at the hold queues, one
+// Admit (dry runs in it with DryRun set), one Commit of the non-dry checks'
+// records and one save of their answers. A panic (a bug) fails the batch's
+// checks, not the gate.
+func (c *Checker) decideBatch(batch []*checkItem) {
+	ctx, cancel := context.WithTimeout(context.Background(), checkBatchTimeout)
+	defer cancel()
+	defer func() {
+		if v := recover(); v != nil {
+			recovered(c.o.Log, c.o.Metrics, "check", "deciding a batch of checks panicked", v, "checks", len(batch))
+			for _, it := range batch {
+				it.resolve(gate.CheckAnswer{}, fmt.Errorf("check: panic: %v", v))
+			}
+		}
+	}()
+	items := leaders(batch)
+	rules := c.o.Rules.Current()
+	now := c.o.Now()
+	prefs := c.preferences(ctx, items)
+	for _, it := range items {
+		var pr *gate.Preferences
+		if p, ok := prefs[it.req.Message.Recipient()]; ok {
+			pr = &p
+		}
+		it.plan = gate.PlanWithPreferences(rules, it.req.Message, pr, now)
+	}
+	c.queued(ctx, items, now)
+	c.admitAll(ctx, items)
+	var real []*checkItem
+	for _, it := range items {
+		if it.out {
+			continue
+		}
+		if !it.decided {
+			it.d = gate.Resolve(rules, it.plan, it.res, now)
+		}
+		it.answer = gate.AnswerOf(it.d, it.res, rules.Version)
+		if it.req.DryRun {
+			it.answer.DryRun = true
+			it.resolve(it.answer, nil)
+			continue
+		}
+		real = append(real, it)
+	}
+	c.save(ctx, c.commit(ctx, real, rules.Version))
+}
+
+// leaders is the batch without the checks whose callers are gone, and with
+// each later non-dry check of an id folded into the first one's twins.
+func leaders(batch []*checkItem) []*checkItem {
+	items := make([]*checkItem, 0, len(batch))
+	first := make(map[string]*checkItem, len(batch))
+	for _, it := range batch {
+		select {
+		case <-it.gone:
+			it.resolve(gate.CheckAnswer{}, fmt.Errorf("%w: %w: the caller stopped waiting", ErrCheckStore, gate.ErrUnavailable))
+			continue
+		default:
+		}
+		if !it.req.DryRun {
+			if f, ok := first[it.req.Message.ID]; ok {
+				f.twins = append(f.twins, it)
+				continue
+			}
+			first[it.req.Message.ID] = it
+		}
+		items = append(items, it)
+	}
+	return items
+}
+
+// preferences looks up the preferences of the batch's recipients in one
+// call, and fails open as the pipeline does (preferences are a courtesy):
+// should the lookup fail, the checks are decided without them, and the
+// failure is counted and logged.
+func (c *Checker) preferences(ctx context.Context, items []*checkItem) map[string]gate.Preferences {
+	if c.o.Preferences == nil || len(items) == 0 {
+		return nil
+	}
+	var recipients []string
+	seen := make(map[string]bool, len(items))
+	for _, it := range items {
+		if r := it.req.Message.Recipient(); !seen[r] {
+			seen[r] = true
+			recipients = append(recipients, r)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, preferenceTimeout)
+	defer cancel()
+	done := startTimer(c.o.Metrics, "audit", "preferences")
+	found, err := c.o.Preferences.Preferences(ctx, recipients)
+	done()
+	if err != nil {
+		countFailure(c.o.Metrics, "audit", "preferences")
+		c.o.Log.Warn("reading recipients' preferences failed; the checks are decided without them", "checks", len(items), "err", err)
+		return nil
+	}
+	return found
+}
+
+// queued decides the checks whose plan has a queue that holds messages now,
+// which a message sent now would overtake, with one look at the batch's
+// queues. Quiet hours hold the message whatever its queues hold.
+func (c *Checker) queued(ctx context.Context, items []*checkItem, now time.Time) {
+	if c.o.Holds == nil {
+		return
+	}
+	var (
+		qs   []gate.Queue
+		seen = map[gate.Queue]bool{}
+		who  []*checkItem
+	)
+	for _, it := range items {
+		if it.plan.Quiet || len(it.plan.Queues) == 0 {
+			continue
+		}
+		who = append(who, it)
+		for _, hq := range it.plan.Queues {
+			if !seen[hq.Queue] {
+				seen[hq.Queue] = true
+				qs = append(qs, hq.Queue)
+			}
+		}
+	}
+	if len(qs) == 0 {
+		return
+	}
+	done := startTimer(c.o.Metrics, "audit", "waiting")
+	waiting, err := c.o.Holds.Waiting(ctx, qs)
+	done()
+	if err != nil {
+		err = c.failed("audit", "waiting", err)
+	}
+	for _, it := range who {
+		if err != nil {
+			it.fail(err)
+			continue
+		}
+		for _, hq := range it.plan.Queues {
+			if waiting[hq.Queue] {
+				it.d, it.decided = gate.Queued(it.plan, hq, now), true
+				break
+			}
+		}
+	}
+}
+
+// admitAll asks the window store about the batch's checks that need it, in
+// one call; with the store down, each check of a scene that says so fails
+// open, and the others fail.
+func (c *Checker) admitAll(ctx context.Context, items []*checkItem) {
+	var (
+		reqs []gate.AdmitRequest
+		who  []*checkItem
+	)
+	for _, it := range items {
+		if it.out || it.decided || it.plan.Request == nil {
+			continue
+		}
+		r := *it.plan.Request
+		r.DryRun = it.req.DryRun
+		reqs, who = append(reqs, r), append(who, it)
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	done := startTimer(c.o.Metrics, "window", "admit")
+	rs, errs := c.admitEach(ctx, reqs)
+	done()
+	for i, it := range who {
+		if err := errs[i]; err != nil {
+			if d, ok := gate.FailOpen(it.plan, c.o.Now()); ok && !errors.Is(err, gate.ErrInvalidRequest) {
+				countFailure(c.o.Metrics, "window", "admit")
+				it.d, it.decided = d, true
+				continue
+			}
+			it.fail(c.failed("window", "admit", err))
+			continue
+		}
+		it.res = rs[i]
+		it.counted = it.res.Admitted && !it.res.Duplicate && !it.req.DryRun
+	}
+}
+
+// admitEach is admit with an error for each request: the call's, or, when
+// the store refuses the call as invalid, each request's own, asked alone,
+// so that one request the store cannot take does not fail its batch.
+func (c *Checker) admitEach(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.AdmitResult, []error) {
+	errs := make([]error, len(reqs))
+	rs, err := admit(ctx, c.o.Store, reqs)
+	switch {
+	case err == nil:
+		return rs, errs
+	case len(reqs) > 1 && errors.Is(err, gate.ErrInvalidRequest):
+		rs = make([]gate.AdmitResult, len(reqs))
+		for i := range reqs {
+			if one, err := admit(ctx, c.o.Store, reqs[i:i+1]); err != nil {
+				errs[i] = err
+			} else {
+				rs[i] = one[0]
+			}
+		}
+		return rs, errs
+	}
+	for i := range errs {
+		errs[i] = err
+	}
+	return nil, errs
+}
+
+// commit records the non-dry checks in the ledger, in one Commit unless the
+// store refuses a record for good (then split, to refuse that check alone),
+// and returns the checks that claimed their ids. A failed commit fails its
+// checks and takes their admissions back: not durable, so not an answer. A
+// check whose id the ledger knows already gets the first claim's answer,
+// looked up (and waited for) on its own (settle), not to hold the batch up.
+func (c *Checker) commit(ctx context.Context, real []*checkItem, version string) (claimed []*checkItem) {
+	bisect(real, func(part []*checkItem) error {
+		recs := make([]gate.Record, len(part))
+		for i, it := range part {
+			recs[i] = gate.CheckRecord(it.req.Message, it.d, version)
+		}
+		done := startTimer(c.o.Metrics, "audit", "commit")
+		known, err := c.o.Audit.Commit(ctx, recs)
+		done()
+		switch {
+		case errors.Is(err, gate.ErrPermanent) || errors.Is(err, gate.ErrInvalidRequest):
+			return err
+		case err != nil:
+			c.failAll(ctx, part, c.failed("audit", "commit", err))
+			return nil
+		}
+		isKnown := make(map[string]bool, len(known))
+		for _, k := range known {
+			isKnown[k] = true
+		}
+		for _, it := range part {
+			if isKnown[it.req.Message.ID] {
+				go c.settle(it)
+			} else {
+				claimed = append(claimed, it)
+			}
+		}
+		return nil
+	}, func(it *checkItem, err error) {
+		c.failAll(ctx, []*checkItem{it}, c.failed("audit", "commit", err))
+	})
+	return claimed
+}
+
+// failAll fails items with err, taking the admissions they recorded back.
+func (c *Checker) failAll(ctx context.Context, items []*checkItem, err error) {
+	var reqs []gate.AdmitRequest
+	for _, it := range items {
+		reqs = append(reqs, it.admission()...)
+	}
+	c.forget(ctx, reqs)
+	for _, it := range items {
+		it.fail(err)
+	}
+}
+
+// settle answers a check whose id was claimed first by another check (or a
+// message): with the first claim's answer. A window counts an id once,
+// whichever ask recorded it: when the first was admitted, the slot this
+// check recorded is its slot too, and stays; otherwise it is taken back.
+func (c *Checker) settle(it *checkItem) {
+	ctx, cancel := context.WithTimeout(context.Background(), checkBatchTimeout)
+	defer cancel()
+	first, err := c.first(ctx, it.req.Message.ID)
+	if err != nil || !first.Admitted {
+		c.forget(ctx, it.admission())
+	}
+	it.resolve(first, err)
+}
+
+// save stores the answers of the checks that claimed their ids, in one call
+// when the store can (gate.CheckAnswersSaver), then answers them. A failure
+// to store leaves the ledger's outcome, which a second ask answers with
+// (PriorAnswer): the decisions stand either way.
+func (c *Checker) save(ctx context.Context, claimed []*checkItem) {
+	if len(claimed) == 0 {
+		return
+	}
+	answers := make(map[string]gate.CheckAnswer, len(claimed))
+	for _, it := range claimed {
+		answers[it.req.Message.ID] = it.answer
+	}
+	done := startTimer(c.o.Metrics, "audit", "save_check")
+	var err error
+	if s, ok := c.o.Answers.(gate.CheckAnswersSaver); ok {
+		err = s.SaveAll(ctx, answers)
+	} else {
+		for id, a := range answers {
+			err = errors.Join(err, c.o.Answers.Save(ctx, id, a))
+		}
+	}
+	done()
+	if err != nil {
+		countFailure(c.o.Metrics, "audit", "save_check")
+		c.o.Log.Warn("storing checks' answers failed; a second ask of their ids gets the ledger's outcome", "checks", len(answers), "err", err)
+	}
+	for _, it := range claimed {
+		it.resolve(it.answer, nil)
+	}
+}
