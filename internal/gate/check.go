@@ -194,14 +194,27 @@ type CheckAnswers interface {
 	Save(ctx context.Context, id string, a CheckAnswer) error
 }
 
-// CheckAnswersSaver is a CheckAnswers that also stores many answers at once,
-// in one statement: the checks decided together in one batch store their
-// answers together. SaveAll stores answers (id to answer) as Save stores
-// each: an id with an answer stored already keeps it. Its errors are Save's.
-// A CheckAnswers without it has its answers saved one by one.
-type CheckAnswersSaver interface {
+// CheckAnswersBatch is a CheckAnswers that also looks up and stores many
+// answers at once, one statement each: the checks decided together in one
+// batch share those calls. Answers returns what Answer returns for each of
+// ids, in one map (an id found nowhere maps to a zero StoredAnswer); SaveAll
+// stores answers (id to answer) as Save stores each: an id with an answer
+// stored already keeps it. Their errors are Answer's and Save's; Answers
+// fails as a whole for an id the store refuses. A CheckAnswers without it
+// is asked one id at a time.
+type CheckAnswersBatch interface {
 	CheckAnswers
+	Answers(ctx context.Context, ids []string) (map[string]StoredAnswer, error)
 	SaveAll(ctx context.Context, answers map[string]CheckAnswer) error
+}
+
+// StoredAnswer is what CheckAnswersBatch.Answers holds of one id: the answer
+// stored for it, if Found, and what the ledger holds of it (a zero Prior
+// when nothing).
+type StoredAnswer struct {
+	Answer CheckAnswer
+	Found  bool
+	Prior  Prior
 }
 
 // CheckFailure is what a transport answers for a check that failed with

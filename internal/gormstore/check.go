@@ -13,7 +13,7 @@ import (
 	"github.com/antifatigue/gate/internal/gate"
 )
 
-var _ gate.CheckAnswersSaver = (*Store)(nil)
+var _ gate.CheckAnswersBatch = (*Store)(nil)
 
 // Answer returns the answer stored for the check of id and, in the same
 // statement, what the ledger holds of id: a check asked again gets its first
@@ -22,34 +22,69 @@ var _ gate.CheckAnswersSaver = (*Store)(nil)
 // byte) gives an error wrapping gate.ErrPermanent; other errors wrap
 // gate.ErrUnavailable.
 func (s *Store) Answer(ctx context.Context, id string) (gate.CheckAnswer, bool, gate.Prior, error) {
-	const op = "check answer"
-	var (
-		answer, outcome sql.NullString
-		at              scanTime
-	)
-	// One row whatever is found: the id joined to each table.
-	err := s.db.WithContext(ctx).Raw(`SELECT a.answer, d.outcome, d.decided_at
-FROM (SELECT CAST(? AS text) AS k) q
-LEFT JOIN check_answers a ON a.id = q.k
-LEFT JOIN decisions d ON d."key" = q.k`, id).Row().Scan(&answer, &outcome, &at)
+	found, err := s.Answers(ctx, []string{id})
 	if err != nil {
-		return gate.CheckAnswer{}, false, gate.Prior{}, classify(op, err)
+		return gate.CheckAnswer{}, false, gate.Prior{}, err
 	}
-	var prior gate.Prior
-	if outcome.Valid {
-		prior = gate.Prior{Outcome: gate.Outcome(outcome.String), At: at.t}
+	sa := found[id]
+	return sa.Answer, sa.Found, sa.Prior, nil
+}
+
+// Answers is Answer for many ids, in one statement. An id the database
+// refuses fails the whole call, as Answer fails for it.
+func (s *Store) Answers(ctx context.Context, ids []string) (map[string]gate.StoredAnswer, error) {
+	const op = "check answer"
+	out := make(map[string]gate.StoredAnswer, len(ids))
+	if len(ids) == 0 {
+		return out, nil
 	}
-	if !answer.Valid {
-		return gate.CheckAnswer{}, false, prior, nil
+	// One row per id whatever is found: each id joined to each table.
+	var q strings.Builder
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		if i > 0 {
+			q.WriteString(" UNION ALL ")
+		}
+		q.WriteString("SELECT CAST(? AS text) AS k")
+		args[i] = id
 	}
-	var a gate.CheckAnswer
-	if err := json.Unmarshal([]byte(answer.String), &a); err != nil {
-		// A row this store wrote and cannot read back: the ledger's outcome
-		// stands in for it.
-		s.log.WarnContext(ctx, "a stored check answer is unreadable; answering with the ledger's outcome", "id", id, "err", err)
-		return gate.CheckAnswer{}, false, prior, nil
+	rows, err := s.db.WithContext(ctx).Raw(`SELECT q.k, a.answer, d.outcome, d.decided_at
+FROM (`+q.String()+`) q
+LEFT JOIN check_answers a ON a.id = q.k
+LEFT JOIN decisions d ON d."key" = q.k`, args...).Rows()
+	if err != nil {
+		return nil, classify(op, err)
 	}
-	return a, true, prior, nil
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id              string
+			answer, outcome sql.NullString
+			at              scanTime
+		)
+		if err := rows.Scan(&id, &answer, &outcome, &at); err != nil {
+			return nil, classify(op, err)
+		}
+		var sa gate.StoredAnswer
+		if outcome.Valid {
+			sa.Prior = gate.Prior{Outcome: gate.Outcome(outcome.String), At: at.t}
+		}
+		if answer.Valid {
+			if err := json.Unmarshal([]byte(answer.String), &sa.Answer); err != nil {
+				// A row this store wrote and cannot read back: the ledger's
+				// outcome stands in for it.
+				s.log.WarnContext(ctx, "a stored check answer is unreadable; answering with the ledger's outcome", "id", id, "err", err)
+				sa.Answer = gate.CheckAnswer{}
+			} else {
+				sa.Found = true
+			}
+		}
+		out[id] = sa
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify(op, err)
+	}
+	return out, nil
 }
 
 // Save stores a as the answer to the check of id, unless one is stored

@@ -24,6 +24,32 @@ func runCheckAnswers(t *testing.T, fresh freshFunc) {
 	t.Run("Prune", func(t *testing.T) { testCheckAnswerPrune(t, fresh) })
 	t.Run("RefusedID", func(t *testing.T) { testCheckAnswerRefused(t, fresh) })
 	t.Run("SaveAll", func(t *testing.T) { testCheckAnswerSaveAll(t, fresh) })
+	t.Run("Answers", func(t *testing.T) { testCheckAnswersMany(t, fresh) })
+}
+
+// testCheckAnswersMany: one lookup of many ids finds each one's answer and
+// ledger outcome, and nothing for an id found nowhere.
+func testCheckAnswersMany(t *testing.T, fresh freshFunc) {
+	s := MustOpen(t, fresh(t))
+	ctx := context.Background()
+	MustCommit(t, s, record("m1", "disk", gate.OutcomeDrop, t0))
+	first := checkAnswer(t0, 3)
+	if err := s.Save(ctx, "c1", first); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Answers(ctx, []string{"c1", "m1", "none", "c1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c1 := got["c1"]; !c1.Found || !reflect.DeepEqual(c1.Answer, first) || c1.Prior != (gate.Prior{}) {
+		t.Errorf("c1: got %+v, want its answer and no ledger row", c1)
+	}
+	if m1 := got["m1"]; m1.Found || m1.Prior.Outcome != gate.OutcomeDrop || !m1.Prior.At.Equal(t0) {
+		t.Errorf("m1: got %+v, want the ledger's drop alone", m1)
+	}
+	if none, ok := got["none"]; !ok || none != (gate.StoredAnswer{}) || len(got) != 3 {
+		t.Errorf("got %+v, want c1, m1 and none (zero)", got)
+	}
 }
 
 // testCheckAnswerSaveAll: a batch of answers larger than one INSERT is

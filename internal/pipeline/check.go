@@ -93,8 +93,10 @@ func (c *Checker) Check(ctx context.Context, body []byte) (a gate.CheckAnswer, e
 	if err != nil {
 		return gate.CheckAnswer{}, err
 	}
-	if prev, ok, err := c.answered(ctx, req.Message.ID); err != nil || ok {
-		return prev, err
+	if _, batched := c.o.Answers.(gate.CheckAnswersBatch); !batched {
+		if prev, ok, err := c.answered(ctx, req.Message.ID); err != nil || ok {
+			return prev, err
+		}
 	}
 	return c.wait(ctx, c.enqueue(ctx, req))
 }

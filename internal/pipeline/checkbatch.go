@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -152,7 +153,7 @@ func (c *Checker) decideBatch(batch []*checkItem) {
 			}
 		}
 	}()
-	items := leaders(batch)
+	items := c.answeredAll(ctx, leaders(batch))
 	rules := c.o.Rules.Current()
 	now := c.o.Now()
 	prefs := c.preferences(ctx, items)
@@ -206,6 +207,58 @@ func leaders(batch []*checkItem) []*checkItem {
 		items = append(items, it)
 	}
 	return items
+}
+
+// answeredAll looks the batch's ids up among the stored answers and in the
+// ledger, in one call, when the store can (gate.CheckAnswersBatch; Check
+// looked each up itself otherwise), as answered does for one: a check of an
+// id decided before gets that decision back. An id the store refuses for
+// good fails its check alone. It returns the checks left to decide.
+func (c *Checker) answeredAll(ctx context.Context, items []*checkItem) []*checkItem {
+	b, ok := c.o.Answers.(gate.CheckAnswersBatch)
+	if !ok || len(items) == 0 {
+		return items
+	}
+	found := make(map[string]gate.StoredAnswer, len(items))
+	bisect(items, func(part []*checkItem) error {
+		ids := make([]string, len(part))
+		for i, it := range part {
+			ids[i] = it.req.Message.ID
+		}
+		done := startTimer(c.o.Metrics, "audit", "check_answer")
+		m, err := b.Answers(ctx, ids)
+		done()
+		switch {
+		case errors.Is(err, gate.ErrPermanent) || errors.Is(err, gate.ErrInvalidRequest):
+			return err
+		case err != nil:
+			err = c.failed("audit", "check_answer", err)
+			for _, it := range part {
+				it.fail(err)
+			}
+		}
+		maps.Copy(found, m)
+		return nil
+	}, func(it *checkItem, err error) { it.fail(c.failed("audit", "check_answer", err)) })
+	left := items[:0]
+	for _, it := range items {
+		sa := found[it.req.Message.ID]
+		switch {
+		case it.out:
+		case sa.Found:
+			sa.Answer.Duplicate, sa.Answer.DryRun = true, false
+			it.out = true
+			it.resolve(sa.Answer, nil)
+		case sa.Prior.Outcome != "":
+			// A check that claimed the id a moment ago stores its answer
+			// right after: waited for, on its own.
+			it.out = true
+			go c.settle(it)
+		default:
+			left = append(left, it)
+		}
+	}
+	return left
 }
 
 // preferences looks up the preferences of the batch's recipients in one
@@ -414,7 +467,7 @@ func (c *Checker) settle(it *checkItem) {
 }
 
 // save stores the answers of the checks that claimed their ids, in one call
-// when the store can (gate.CheckAnswersSaver), then answers them. A failure
+// when the store can (gate.CheckAnswersBatch), then answers them. A failure
 // to store leaves the ledger's outcome, which a second ask answers with
 // (PriorAnswer): the decisions stand either way.
 func (c *Checker) save(ctx context.Context, claimed []*checkItem) {
@@ -427,7 +480,7 @@ func (c *Checker) save(ctx context.Context, claimed []*checkItem) {
 	}
 	done := startTimer(c.o.Metrics, "audit", "save_check")
 	var err error
-	if s, ok := c.o.Answers.(gate.CheckAnswersSaver); ok {
+	if s, ok := c.o.Answers.(gate.CheckAnswersBatch); ok {
 		err = s.SaveAll(ctx, answers)
 	} else {
 		for id, a := range answers {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -193,5 +194,65 @@ func TestCheckBatchCallerGone(t *testing.T) {
 	}
 	if len(f.store.calls) != 2 || f.store.calls[1].ID != "z" {
 		t.Errorf("admit requests: %+v; want x's, then z's alone", f.store.calls)
+	}
+}
+
+// batchAnswers is an answerBox that looks up and saves many answers in one
+// call, counting the calls.
+type batchAnswers struct {
+	*answerBox
+	lookups, saves int
+}
+
+func (b *batchAnswers) Answers(ctx context.Context, ids []string) (map[string]gate.StoredAnswer, error) {
+	b.lookups++
+	out := map[string]gate.StoredAnswer{}
+	for _, id := range ids {
+		a, found, prior, _ := b.Answer(ctx, id)
+		out[id] = gate.StoredAnswer{Answer: a, Found: found, Prior: prior}
+	}
+	return out, nil
+}
+
+func (b *batchAnswers) SaveAll(ctx context.Context, answers map[string]gate.CheckAnswer) error {
+	b.saves++
+	for id, a := range answers {
+		if err := b.Save(ctx, id, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestCheckBatchLooksUpOnce: with a store that can, a batch looks its ids
+// up in one call and saves its answers in one: an id answered before gets
+// that answer, an id the ledger holds gets its outcome, a new one is
+// decided.
+func TestCheckBatchLooksUpOnce(t *testing.T) {
+	f := newCheckFixture(t)
+	ba := &batchAnswers{answerBox: f.answers}
+	f.c.o.Answers = ba
+	old := gate.CheckAnswer{Decision: gate.OutcomeSuppress, Count: 2, RulesVersion: "v6", DecidedAt: f.now.Add(-time.Hour)}
+	f.answers.answers["old"] = old
+	f.ledger.priors["old"] = gate.Prior{Outcome: gate.OutcomeSuppress, At: old.DecidedAt}
+	f.ledger.priors["m1"] = gate.Prior{Outcome: gate.OutcomeDrop, At: f.now.Add(-time.Minute)}
+	a, errs := f.decide(t, checkBody("old", "s", ""), checkBody("m1", "s", `,"dry_run":true`), checkBody("new", "s", ""), checkBody("new2", "s", ""))
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if !a[0].Duplicate || a[0].RulesVersion != "v6" || a[0].Count != 2 {
+		t.Errorf("old: got %+v, want its stored answer as a duplicate", a[0])
+	}
+	if !a[1].Duplicate || a[1].DryRun || a[1].Decision != gate.OutcomeDrop || !a[1].DecidedAt.Equal(f.now.Add(-time.Minute)) {
+		t.Errorf("m1: got %+v, want the ledger's drop as a duplicate", a[1])
+	}
+	if !a[2].Admitted || a[3].Count != 2 || a[2].Duplicate {
+		t.Errorf("new, new2: got %+v, %+v; want both admitted", a[2], a[3])
+	}
+	if ba.lookups != 1 || ba.saves != 1 || len(f.store.calls) != 2 {
+		t.Errorf("%d lookups, %d saves, %d admit requests; want 1, 1 and 2 (new and new2)", ba.lookups, ba.saves, len(f.store.calls))
+	}
+	if again := f.check(t, checkBody("new", "s", "")); !again.Duplicate || !again.DecidedAt.Equal(a[2].DecidedAt) {
+		t.Errorf("new asked again: got %+v, want its first answer", again)
 	}
 }
