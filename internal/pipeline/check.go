@@ -13,7 +13,8 @@ import (
 
 // CheckOptions are a Checker's dependencies: the pipeline's rules, window
 // store, audit log and hold store, and the store of check answers. Rules,
-// Store, Audit and Answers are required.
+// Store, Audit and Answers are required. Answers that implement
+// gate.CheckAnswersBatch are looked up and saved a batch at a time.
 type CheckOptions struct {
 	Rules   gate.RuleSource
 	Store   gate.WindowStore
@@ -156,6 +157,145 @@ func (c *Checker) first(ctx context.Context, id string) (gate.CheckAnswer, error
 		case <-t.C:
 		}
 	}
+}
+
+// preferences looks up the preferences of the batch's recipients in one
+// call, and fails open as the pipeline does (preferences are a courtesy):
+// should the lookup fail, the checks are decided without them, and the
+// failure is counted and logged.
+func (c *Checker) preferences(ctx context.Context, items []*checkItem) map[string]gate.Preferences {
+	if c.o.Preferences == nil || len(items) == 0 {
+		return nil
+	}
+	var recipients []string
+	seen := make(map[string]bool, len(items))
+	for _, it := range items {
+		if r := it.req.Message.Recipient(); !seen[r] {
+			seen[r] = true
+			recipients = append(recipients, r)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, preferenceTimeout)
+	defer cancel()
+	done := startTimer(c.o.Metrics, "audit", "preferences")
+	found, err := c.o.Preferences.Preferences(ctx, recipients)
+	done()
+	if err != nil {
+		countFailure(c.o.Metrics, "audit", "preferences")
+		c.o.Log.Warn("reading recipients' preferences failed; the checks are decided without them", "checks", len(items), "err", err)
+		return nil
+	}
+	return found
+}
+
+// queued decides the checks whose plan has a queue that holds messages now,
+// which a message sent now would overtake, with one look at the batch's
+// queues. Quiet hours hold the message whatever its queues hold.
+func (c *Checker) queued(ctx context.Context, items []*checkItem, now time.Time) {
+	if c.o.Holds == nil {
+		return
+	}
+	var (
+		qs   []gate.Queue
+		seen = map[gate.Queue]bool{}
+		who  []*checkItem
+	)
+	for _, it := range items {
+		if it.plan.Quiet || len(it.plan.Queues) == 0 {
+			continue
+		}
+		who = append(who, it)
+		for _, hq := range it.plan.Queues {
+			if !seen[hq.Queue] {
+				seen[hq.Queue] = true
+				qs = append(qs, hq.Queue)
+			}
+		}
+	}
+	if len(qs) == 0 {
+		return
+	}
+	done := startTimer(c.o.Metrics, "audit", "waiting")
+	waiting, err := c.o.Holds.Waiting(ctx, qs)
+	done()
+	if err != nil {
+		err = c.failed("audit", "waiting", err)
+	}
+	for _, it := range who {
+		if err != nil {
+			it.fail(err)
+			continue
+		}
+		for _, hq := range it.plan.Queues {
+			if waiting[hq.Queue] {
+				it.d, it.decided = gate.Queued(it.plan, hq, now), true
+				break
+			}
+		}
+	}
+}
+
+// admitAll asks the window store about the batch's checks that need it, in
+// one call; with the store down, each check of a scene that says so fails
+// open, and the others fail.
+func (c *Checker) admitAll(ctx context.Context, items []*checkItem) {
+	var (
+		reqs []gate.AdmitRequest
+		who  []*checkItem
+	)
+	for _, it := range items {
+		if it.out || it.decided || it.plan.Request == nil {
+			continue
+		}
+		r := *it.plan.Request
+		r.DryRun = it.req.DryRun
+		reqs, who = append(reqs, r), append(who, it)
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	done := startTimer(c.o.Metrics, "window", "admit")
+	rs, errs := c.admitEach(ctx, reqs)
+	done()
+	for i, it := range who {
+		if err := errs[i]; err != nil {
+			if d, ok := gate.FailOpen(it.plan, c.o.Now()); ok && !errors.Is(err, gate.ErrInvalidRequest) {
+				countFailure(c.o.Metrics, "window", "admit")
+				it.d, it.decided = d, true
+				continue
+			}
+			it.fail(c.failed("window", "admit", err))
+			continue
+		}
+		it.res = rs[i]
+		it.counted = it.res.Admitted && !it.res.Duplicate && !it.req.DryRun
+	}
+}
+
+// admitEach is admit with an error for each request: the call's, or, when
+// the store refuses the call as invalid, each request's own, asked alone,
+// so that one request the store cannot take does not fail its batch.
+func (c *Checker) admitEach(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.AdmitResult, []error) {
+	errs := make([]error, len(reqs))
+	rs, err := admit(ctx, c.o.Store, reqs)
+	switch {
+	case err == nil:
+		return rs, errs
+	case len(reqs) > 1 && errors.Is(err, gate.ErrInvalidRequest):
+		rs = make([]gate.AdmitResult, len(reqs))
+		for i := range reqs {
+			if one, err := admit(ctx, c.o.Store, reqs[i:i+1]); err != nil {
+				errs[i] = err
+			} else {
+				rs[i] = one[0]
+			}
+		}
+		return rs, errs
+	}
+	for i := range errs {
+		errs[i] = err
+	}
+	return nil, errs
 }
 
 // failed counts a failed call and returns its error, wrapping
