@@ -213,12 +213,26 @@ func (p *Pipeline) decidedBefore(ctx context.Context, items []item, known []stri
 			it.err = p.transient("audit", "decided", fmt.Errorf("id %q: ledger row not found after the claim conflicted", it.key))
 			continue
 		}
-		if it.counted {
+		if it.counted && !sharesSlot(pr, it.dec) {
 			forget = append(forget, *it.plan.Request)
 		}
 		it.prior, it.decided = pr, false
 	}
 	return forget
+}
+
+// sharesSlot reports whether the admission this batch counted for an id is
+// also the slot of the decision the ledger holds for it: a forward decided
+// no earlier than this batch's admission. That is a check of the same id
+// (POST /v1/check, gate.check) asked while this message was being decided:
+// its admission found the id this batch had just recorded (Duplicate, so it
+// counted nothing of its own) and its commit claimed the ledger first. A
+// window holds an id once, so taking this admission out would take the
+// check's slot too. An earlier forward's admission had left the windows, or
+// this batch's would have been a duplicate: that one is taken out, as any
+// admission of an id decided before.
+func sharesSlot(prior gate.Prior, d gate.Decision) bool {
+	return prior.Outcome == gate.OutcomeForward && !d.At.IsZero() && !prior.At.Before(d.At)
 }
 
 // forget takes admissions this batch counted out of their windows again;

@@ -334,3 +334,20 @@ func TestRefusalReasonIsOneLine(t *testing.T) {
 		t.Errorf("reason %q does not quote the store", reason)
 	}
 }
+
+// An id a check (POST /v1/check, gate.check) claimed in the ledger while
+// this message was being decided shares the message's admission: the
+// check's own admission found the id recorded (a duplicate) and counted
+// nothing. That slot stays. An id forwarded earlier, or refused, has its
+// admission by this batch taken out again, as before.
+func TestDecidedBeforeKeepsASharedSlot(t *testing.T) {
+	p, led, _, win, _ := refusingPipeline(t)
+	now := time.Now()
+	led.priors["checked"] = gate.Prior{Outcome: gate.OutcomeForward, At: now.Add(time.Second)}
+	led.priors["old"] = gate.Prior{Outcome: gate.OutcomeForward, At: now.Add(-2 * time.Hour)}
+	led.priors["refused"] = gate.Prior{Outcome: gate.OutcomeSuppress, At: now.Add(time.Second)}
+	noErrors(t, p.Handle(t.Context(), deliveries("checked", "old", "refused", "new")))
+	if got, want := win.forgotten(), []string{"old", "refused"}; !slices.Equal(got, want) {
+		t.Errorf("taken out of the window: %v, want %v (a forward decided after this admission shares its slot)", got, want)
+	}
+}
