@@ -172,7 +172,7 @@ func startRedisCluster(t *testing.T) *redisCluster {
 	cli := needBinary(t, "redis-cli")
 	c := &redisCluster{}
 	for range 6 {
-		port := strconv.Itoa(testenv.FreePort(t))
+		port := strconv.Itoa(testenv.FreeClusterPort(t))
 		addr := "127.0.0.1:" + port
 		p := newProc(t, "redis-node-"+port, bin, []string{
 			"--bind", "127.0.0.1", "--port", port, "--dir", t.TempDir(), "--save", "", "--appendonly", "no",
