@@ -167,21 +167,12 @@ func (c *Checker) preferences(ctx context.Context, items []*checkItem) map[strin
 	if c.o.Preferences == nil || len(items) == 0 {
 		return nil
 	}
-	var recipients []string
-	seen := make(map[string]bool, len(items))
-	for _, it := range items {
-		if r := it.req.Message.Recipient(); !seen[r] {
-			seen[r] = true
-			recipients = append(recipients, r)
-		}
+	recipients := make([]string, len(items))
+	for i, it := range items {
+		recipients[i] = it.req.Message.Recipient()
 	}
-	ctx, cancel := context.WithTimeout(ctx, preferenceTimeout)
-	defer cancel()
-	done := startTimer(c.o.Metrics, "audit", "preferences")
-	found, err := c.o.Preferences.Preferences(ctx, recipients)
-	done()
+	found, err := lookupPreferences(ctx, c.o.Preferences, c.o.Metrics, recipients)
 	if err != nil {
-		countFailure(c.o.Metrics, "audit", "preferences")
 		c.o.Log.Warn("reading recipients' preferences failed; the checks are decided without them", "checks", len(items), "err", err)
 		return nil
 	}

@@ -10,10 +10,14 @@ import (
 // plan works out what deciding each message of this batch takes, on the
 // rules in force, its recipient's preferences (prefs, by recipient) and
 // the gate's clock (preferences' mutes, quiet hours).
-func (p *Pipeline) plan(rules *gate.RuleSet, items []item, prefs map[string]*gate.Preferences, now time.Time) {
+func (p *Pipeline) plan(rules *gate.RuleSet, items []item, prefs map[string]gate.Preferences, now time.Time) {
 	for i := range items {
 		if it := &items[i]; it.undecided() {
-			it.plan = gate.PlanWithPreferences(rules, it.msg, prefs[it.msg.Recipient()], now)
+			var pr *gate.Preferences
+			if p, ok := prefs[it.msg.Recipient()]; ok {
+				pr = &p
+			}
+			it.plan = gate.PlanWithPreferences(rules, it.msg, pr, now)
 		}
 	}
 }
