@@ -87,15 +87,8 @@ func PlanWithPreferences(rs *RuleSet, m Message, prefs *Preferences, now time.Ti
 	if p.Quiet && !rule.Shadow {
 		return p
 	}
-	p.Request = &AdmitRequest{
-		ID:        m.ID,
-		Recipient: recipient,
-		Scene:     m.Scene,
-		Limits:    rule.Limits,
-		Caps:      rs.RecipientCaps,
-		Force:     bypass,
-		Zone:      zone,
-	}
+	req := rs.AdmitRequestFor(rule, m.ID, recipient, m.Scene, bypass, zone)
+	p.Request = &req
 	return p
 }
 

@@ -138,19 +138,7 @@ type Refunder interface {
 // message's own (entry.TZ) if it still loads, else the scene's.
 func RefundRequestOf(rs *RuleSet, e LedgerEntry) AdmitRequest {
 	rule, _ := rs.Scene(e.Scene)
-	var own *time.Location
-	if e.TZ != "" {
-		own, _ = LoadZone(e.TZ)
-	}
-	return AdmitRequest{
-		ID:        e.Key,
-		Recipient: e.Recipient,
-		Scene:     e.Scene,
-		Limits:    rule.Limits,
-		Caps:      rs.RecipientCaps,
-		Force:     rule.Bypasses(e.Priority),
-		Zone:      rule.ZoneFor(own),
-	}
+	return rs.AdmitRequestFor(rule, e.Key, e.Recipient, e.Scene, rule.Bypasses(e.Priority), rule.ZoneNamed(e.TZ))
 }
 
 // CheckRefundable refuses a refund of the ledger entry e (ok false: it is

@@ -112,6 +112,17 @@ func (r SceneRule) ZoneFor(own *time.Location) *time.Location {
 	return r.Zone
 }
 
+// ZoneNamed is ZoneFor of the zone a message recorded when it was decided
+// (tz, "" when it named none): tz's if it still loads, else the scene's;
+// were tz gone from the zone database since, the scene's applies.
+func (r SceneRule) ZoneNamed(tz string) *time.Location {
+	var own *time.Location
+	if tz != "" {
+		own, _ = LoadZone(tz)
+	}
+	return r.ZoneFor(own)
+}
+
 // QuietFor reports whether the scene's quiet hours hold a message of
 // priority p at t in zone, and when they end. A bypass priority is never
 // held by them.
@@ -138,6 +149,22 @@ type RuleSet struct {
 func (rs *RuleSet) Scene(name string) (SceneRule, bool) {
 	r, ok := rs.Scenes[name]
 	return r, ok
+}
+
+// AdmitRequestFor is the request that admits message id of recipient in
+// scene, ruled by rule (the scene's rule in rs): the scene's limits, the
+// recipient caps of rs, forced (force, a bypass priority) or not, with
+// calendar windows in zone.
+func (rs *RuleSet) AdmitRequestFor(rule SceneRule, id, recipient, scene string, force bool, zone *time.Location) AdmitRequest {
+	return AdmitRequest{
+		ID:        id,
+		Recipient: recipient,
+		Scene:     scene,
+		Limits:    rule.Limits,
+		Caps:      rs.RecipientCaps,
+		Force:     force,
+		Zone:      zone,
+	}
 }
 
 // RuleStatus describes the rules in force, for /v1/rules and /readyz.

@@ -69,13 +69,7 @@ type queueRound struct {
 // the message's own, else the scene's.
 func (rd *round) sceneRule(h gate.Held) (gate.SceneRule, *time.Location, bool) {
 	rule, ok := rd.rules.Scene(h.Scene)
-	var own *time.Location
-	if h.TZ != "" {
-		// The zone loaded when the message was decided; were it gone from
-		// the zone database since, the scene's applies.
-		own, _ = gate.LoadZone(h.TZ)
-	}
-	return rule, rule.ZoneFor(own), ok
+	return rule, rule.ZoneNamed(h.TZ), ok
 }
 
 // expired reports whether a deferred message is past max_defer.
@@ -119,8 +113,7 @@ func (rd *round) planDefer(rows []gate.Held) {
 				break
 			}
 			s.forced = rule.Bypasses(h.Priority)
-			s.ask = rd.ask(gate.AdmitRequest{ID: h.MessageID, Recipient: q.queue.Recipient, Scene: h.Scene,
-				Limits: rule.Limits, Caps: rd.rules.RecipientCaps, Force: s.forced, Zone: zone})
+			s.ask = rd.ask(rd.rules.AdmitRequestFor(rule, h.MessageID, q.queue.Recipient, h.Scene, s.forced, zone))
 			s.step = stepAsk
 			if s.ask < 0 {
 				s.step, s.fallback = stepFallBack, gate.ActionSuppress
@@ -167,8 +160,7 @@ func (rd *round) planDigest(rows []gate.Held) {
 		all(stepReschedule, until, "")
 		return
 	}
-	q.ask = rd.ask(gate.AdmitRequest{ID: q.digestID, Recipient: q.queue.Recipient, Scene: head.Scene,
-		Limits: rule.Limits, Caps: rd.rules.RecipientCaps, Zone: zone})
+	q.ask = rd.ask(rd.rules.AdmitRequestFor(rule, q.digestID, q.queue.Recipient, head.Scene, false, zone))
 	if q.ask < 0 {
 		all(stepFallBack, rd.now, gate.ActionSuppress)
 		return
