@@ -328,19 +328,9 @@ func count(c *gate.SceneSummary, r gate.Record) {
 // deleted. Run it periodically: a failed run leaves the ledger partly
 // pruned, which is fine. Errors wrap gate.ErrUnavailable.
 func (s *Store) Prune(ctx context.Context, now time.Time) (int64, error) {
-	cutoff := s.dbTime(now.Add(-s.retention))
-	var total int64
-	for {
-		res := s.db.WithContext(ctx).Exec(`DELETE FROM decisions WHERE "key" IN
-	(SELECT "key" FROM decisions WHERE decided_at < ? LIMIT ?)`, cutoff, pruneBatch)
-		if res.Error != nil {
-			return total, unavailable("prune", res.Error)
-		}
-		total += res.RowsAffected
-		if res.RowsAffected < pruneBatch {
-			return total, nil
-		}
-	}
+	return s.deleteInBatches(ctx, "prune", `DELETE FROM decisions WHERE "key" IN
+	(SELECT "key" FROM decisions WHERE decided_at < ? LIMIT ?)`,
+		pruneBatch, nil, s.dbTime(now.Add(-s.retention)))
 }
 
 // multiRow returns "head VALUES (?, …), (?, …)" for rows rows of cols

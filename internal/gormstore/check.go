@@ -138,17 +138,7 @@ func (s *Store) SaveAll(ctx context.Context, answers map[string]gate.CheckAnswer
 // an id asked again after that is a new check. It returns how many it
 // deleted. Errors wrap gate.ErrUnavailable.
 func (s *Store) PruneCheckAnswers(ctx context.Context, now time.Time) (int64, error) {
-	cutoff := s.dbTime(now.Add(-s.retention))
-	var total int64
-	for {
-		res := s.db.WithContext(ctx).Exec(`DELETE FROM check_answers WHERE id IN
-	(SELECT id FROM check_answers WHERE decided_at < ? LIMIT ?)`, cutoff, pruneBatch)
-		if res.Error != nil {
-			return total, unavailable("prune check answers", res.Error)
-		}
-		total += res.RowsAffected
-		if res.RowsAffected < pruneBatch {
-			return total, nil
-		}
-	}
+	return s.deleteInBatches(ctx, "prune check answers", `DELETE FROM check_answers WHERE id IN
+	(SELECT id FROM check_answers WHERE decided_at < ? LIMIT ?)`,
+		pruneBatch, nil, s.dbTime(now.Add(-s.retention)))
 }

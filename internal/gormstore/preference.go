@@ -165,22 +165,12 @@ func (s *Store) PruneTombstones(ctx context.Context, before time.Time) (int64, e
 
 func (s *Store) pruneTombstones(ctx context.Context, before time.Time, batch int) (int64, error) {
 	cutoff := s.dbTime(before)
-	var total int64
-	for {
-		// The outer conditions repeat the inner ones: a recipient whose
-		// preferences are put again between the two is no longer a
-		// tombstone, and PostgreSQL checks them again on the row it
-		// deletes, so a fresh write is never taken with its old tombstone.
-		res := s.db.WithContext(ctx).Exec(`DELETE FROM recipient_preferences
+	// The outer conditions repeat the inner ones: a recipient whose
+	// preferences are put again between the two is no longer a tombstone,
+	// and PostgreSQL checks them again on the row it deletes, so a fresh
+	// write is never taken with its old tombstone.
+	return s.deleteInBatches(ctx, "prune preference tombstones", `DELETE FROM recipient_preferences
 	WHERE deleted = ? AND updated_at < ? AND recipient IN
 	(SELECT recipient FROM recipient_preferences WHERE deleted = ? AND updated_at < ? LIMIT ?)`,
-			true, cutoff, true, cutoff, batch)
-		if res.Error != nil {
-			return total, unavailable("prune preference tombstones", res.Error)
-		}
-		total += res.RowsAffected
-		if res.RowsAffected < int64(batch) {
-			return total, nil
-		}
-	}
+		batch, nil, true, cutoff, true, cutoff)
 }

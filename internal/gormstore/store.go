@@ -269,6 +269,32 @@ func unavailable(op string, err error) error {
 	return fmt.Errorf("%s: %w: %w", op, gate.ErrUnavailable, err)
 }
 
+// deleteInBatches runs stmt, a DELETE of at most batch rows that takes args
+// then batch as its arguments, again and again until one run deletes fewer
+// than batch rows, and returns how many rows it deleted in all. between, if
+// not nil, runs after each full batch, before the next; an error from it
+// ends the loop. Errors, the statement's and between's, are wrapped by
+// unavailable(op, …).
+func (s *Store) deleteInBatches(ctx context.Context, op, stmt string, batch int, between func() error, args ...any) (int64, error) {
+	args = append(args[:len(args):len(args)], batch)
+	var total int64
+	for {
+		res := s.db.WithContext(ctx).Exec(stmt, args...)
+		if res.Error != nil {
+			return total, unavailable(op, res.Error)
+		}
+		total += res.RowsAffected
+		if res.RowsAffected < int64(batch) {
+			return total, nil
+		}
+		if between != nil {
+			if err := between(); err != nil {
+				return total, unavailable(op, err)
+			}
+		}
+	}
+}
+
 // classify marks err, from the database or its driver, as permanent when
 // the database refused the data it was sent (see refused), and as transient
 // otherwise. Only the calls that carry a message's data (Commit, Decided)

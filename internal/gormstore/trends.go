@@ -197,23 +197,16 @@ func (s *Store) PruneSuppressions(ctx context.Context, before time.Time) (int64,
 			return 0, unavailable(op, err)
 		}
 	}
-	var total int64
-	for {
-		res := s.db.WithContext(ctx).Exec(`DELETE FROM suppressions WHERE id IN
-	(SELECT id FROM suppressions WHERE decided_at < ? LIMIT ?)`, cutoff, batch)
-		if res.Error != nil {
-			return total, unavailable(op, res.Error)
-		}
-		total += res.RowsAffected
-		if res.RowsAffected < int64(batch) {
-			return total, nil
-		}
+	wait := func() error {
 		t := time.NewTimer(pause)
+		defer t.Stop()
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return total, unavailable(op, ctx.Err())
+			return ctx.Err()
 		case <-t.C:
+			return nil
 		}
 	}
+	return s.deleteInBatches(ctx, op, `DELETE FROM suppressions WHERE id IN
+	(SELECT id FROM suppressions WHERE decided_at < ? LIMIT ?)`, batch, wait, cutoff)
 }
