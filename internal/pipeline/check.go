@@ -119,7 +119,7 @@ func (c *Checker) answered(ctx context.Context, id string) (gate.CheckAnswer, bo
 	case prior.Outcome != "":
 		// A check that claimed the id a moment ago stores its answer
 		// right after: waited for, before the ledger's outcome stands in.
-		a, err := c.first(ctx, id)
+		a, err := c.first(ctx, id, 1)
 		return a, true, err
 	}
 	return gate.CheckAnswer{}, false, nil
@@ -132,10 +132,21 @@ const firstTries = 5
 
 // first is the answer of the check (or message) that claimed id in the
 // ledger first. The answer of a concurrent check is stored just after its
-// claim, so it is looked for a few times before the ledger's outcome stands
-// in for it.
-func (c *Checker) first(ctx context.Context, id string) (gate.CheckAnswer, error) {
-	for try := 1; ; try++ {
+// claim, so it is looked for a few times (firstTries in all) before the
+// ledger's outcome stands in for it. tried is how many of those looks the
+// caller has just made (0 or 1): one that has just looked starts by
+// waiting.
+func (c *Checker) first(ctx context.Context, id string, tried int) (gate.CheckAnswer, error) {
+	for try := tried + 1; ; try++ {
+		if try > 1 {
+			t := time.NewTimer(time.Duration(try-1) * 10 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return gate.CheckAnswer{}, c.failed("audit", "check_answer", ctx.Err())
+			case <-t.C:
+			}
+		}
 		a, found, prior, err := c.o.Answers.Answer(ctx, id)
 		switch {
 		case err != nil:
@@ -148,13 +159,6 @@ func (c *Checker) first(ctx context.Context, id string) (gate.CheckAnswer, error
 		case try >= firstTries:
 			return gate.CheckAnswer{}, c.failed("audit", "check_answer",
 				fmt.Errorf("id %q: the ledger refused it as known, and has no row for it", id))
-		}
-		t := time.NewTimer(time.Duration(try) * 10 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return gate.CheckAnswer{}, c.failed("audit", "check_answer", ctx.Err())
-		case <-t.C:
 		}
 	}
 }
@@ -248,12 +252,15 @@ func (c *Checker) admitAll(ctx context.Context, items []*checkItem) {
 	done := startTimer(c.o.Metrics, "window", "admit")
 	rs, errs := c.admitEach(ctx, reqs)
 	done()
+	now := c.o.Now()
 	for i, it := range who {
 		if err := errs[i]; err != nil {
-			if d, ok := gate.FailOpen(it.plan, c.o.Now()); ok && !errors.Is(err, gate.ErrInvalidRequest) {
-				countFailure(c.o.Metrics, "window", "admit")
-				it.d, it.decided = d, true
-				continue
+			if !errors.Is(err, gate.ErrInvalidRequest) {
+				if d, ok := gate.FailOpen(it.plan, now); ok {
+					countFailure(c.o.Metrics, "window", "admit")
+					it.d, it.decided = d, true
+					continue
+				}
 			}
 			it.fail(c.failed("window", "admit", err))
 			continue

@@ -253,7 +253,7 @@ func (c *Checker) answeredAll(ctx context.Context, items []*checkItem) []*checkI
 			// A check that claimed the id a moment ago stores its answer
 			// right after: waited for, on its own.
 			it.out = true
-			go c.settle(it)
+			go c.settle(it, 1)
 		default:
 			left = append(left, it)
 		}
@@ -289,7 +289,7 @@ func (c *Checker) commit(ctx context.Context, real []*checkItem, version string)
 		}
 		for _, it := range part {
 			if isKnown[it.req.Message.ID] {
-				go c.settle(it)
+				go c.settle(it, 0)
 			} else {
 				claimed = append(claimed, it)
 			}
@@ -317,10 +317,11 @@ func (c *Checker) failAll(ctx context.Context, items []*checkItem, err error) {
 // message): with the first claim's answer. A window counts an id once,
 // whichever ask recorded it: when the first was admitted, the slot this
 // check recorded is its slot too, and stays; otherwise it is taken back.
-func (c *Checker) settle(it *checkItem) {
+// tried is as first's: 1 when the caller has just looked the answer up.
+func (c *Checker) settle(it *checkItem, tried int) {
 	ctx, cancel := context.WithTimeout(context.Background(), checkBatchTimeout)
 	defer cancel()
-	first, err := c.first(ctx, it.req.Message.ID)
+	first, err := c.first(ctx, it.req.Message.ID, tried)
 	if err != nil || !first.Admitted {
 		c.forget(ctx, it.admission())
 	}
