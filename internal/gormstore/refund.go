@@ -3,13 +3,9 @@ package gormstore
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"gorm.io/gorm"
 
@@ -113,7 +109,7 @@ func (s *Store) Refunds(ctx context.Context, f gate.RefundFilter) (gate.RefundPa
 		return gate.RefundPage{}, err
 	}
 	if f.Cursor != "" {
-		at, id, err := decodeRefundCursor(f.Cursor)
+		at, id, err := decodeTextCursor(f.Cursor)
 		if err != nil {
 			return gate.RefundPage{}, badRequest(op, "%v", err)
 		}
@@ -128,12 +124,10 @@ func (s *Store) Refunds(ctx context.Context, f gate.RefundFilter) (gate.RefundPa
 	if err != nil {
 		return gate.RefundPage{}, unavailable(op, err)
 	}
-	page := gate.RefundPage{Items: items}
-	if len(items) > q.limit {
-		page.Items = items[:q.limit]
-		last := page.Items[q.limit-1]
-		page.NextCursor = encodeRefundCursor(last.RefundedAt, last.MessageID)
-	}
+	var page gate.RefundPage
+	page.Items, page.NextCursor = cutPage(q, items, func(last gate.Refund) string {
+		return encodeTextCursor(last.RefundedAt, last.MessageID)
+	})
 	return page, nil
 }
 
@@ -155,26 +149,4 @@ func scanRefunds(rows *sql.Rows) ([]gate.Refund, error) {
 		items = append(items, r)
 	}
 	return items, rows.Err()
-}
-
-// encodeRefundCursor writes the position after the row (at, id):
-// base64url of "<unix nanoseconds>.<id>". Opaque to callers.
-func encodeRefundCursor(at time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%d.%s", at.UnixNano(), id))
-}
-
-// decodeRefundCursor reads what encodeRefundCursor wrote.
-func decodeRefundCursor(c string) (time.Time, string, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return time.Time{}, "", errMalformedCursor
-	}
-	ns, id, ok := strings.Cut(string(b), ".")
-	nanos, err := strconv.ParseInt(ns, 10, 64)
-	// An id the database cannot hold (PostgreSQL refuses invalid UTF-8 and
-	// NUL) is no id a page ended with.
-	if !ok || err != nil || id == "" || !utf8.ValidString(id) || strings.ContainsRune(id, 0) {
-		return time.Time{}, "", errMalformedCursor
-	}
-	return time.Unix(0, nanos).UTC(), id, nil
 }

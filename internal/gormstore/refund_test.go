@@ -180,7 +180,7 @@ func testRefundList(t *testing.T, fresh freshFunc) {
 	}
 	for _, bad := range []gate.RefundFilter{
 		{Limit: -1}, {Limit: MaxPageLimit + 1}, {Cursor: "!"}, {Cursor: "MTIz"}, {Since: t0.Add(time.Hour), Until: t0},
-		{Cursor: encodeRefundCursor(t0, "a\x00b")}, {Cursor: encodeRefundCursor(t0, "\xff")},
+		{Cursor: encodeTextCursor(t0, "a\x00b")}, {Cursor: encodeTextCursor(t0, "\xff")},
 	} {
 		if _, err := s.Refunds(ctx, bad); !errors.Is(err, gate.ErrBadRequest) {
 			t.Errorf("Refunds(%+v) = %v; want ErrBadRequest", bad, err)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -57,12 +58,10 @@ func (s *Store) Suppressions(ctx context.Context, f gate.SuppressionFilter) (gat
 	if err != nil {
 		return gate.SuppressionPage{}, unavailable(op, err)
 	}
-	page := gate.SuppressionPage{Items: items}
-	if len(items) > q.limit {
-		page.Items = items[:q.limit]
-		last := page.Items[q.limit-1]
-		page.NextCursor = encodeCursor(last.DecidedAt, last.ID)
-	}
+	var page gate.SuppressionPage
+	page.Items, page.NextCursor = cutPage(q, items, func(last gate.Suppression) string {
+		return encodeCursor(last.DecidedAt, last.ID)
+	})
 	return page, nil
 }
 
@@ -72,6 +71,17 @@ type listQuery struct {
 	where []string
 	args  []any
 	limit int
+}
+
+// cutPage cuts items, read by q (which reads one row past the page to know
+// whether another page follows), to q's page, and returns it with the
+// cursor of the next page, cursor of its last row, or "" if none follows.
+func cutPage[T any](q *listQuery, items []T, cursor func(last T) string) ([]T, string) {
+	if len(items) <= q.limit {
+		return items, ""
+	}
+	items = items[:q.limit]
+	return items, cursor(items[q.limit-1])
 }
 
 // listQuery checks f's page size and range and turns its filters into
@@ -194,25 +204,45 @@ func checkRange(since, until time.Time) error {
 	return nil
 }
 
-// encodeCursor writes the position after the row (at, id): base64url of
+// encodeTextCursor writes the position after the row (at, id): base64url of
 // "<unix nanoseconds>.<id>". Opaque to callers; the format may change.
-func encodeCursor(at time.Time, id int64) string {
-	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%d.%d", at.UnixNano(), id))
+func encodeTextCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%d.%s", at.UnixNano(), id))
 }
 
 var errMalformedCursor = errors.New("malformed cursor")
 
-// decodeCursor reads what encodeCursor wrote.
-func decodeCursor(c string) (time.Time, int64, error) {
+// decodeTextCursor reads what encodeTextCursor wrote.
+func decodeTextCursor(c string) (time.Time, string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return time.Time{}, 0, errMalformedCursor
+		return time.Time{}, "", errMalformedCursor
 	}
-	ns, idText, ok := strings.Cut(string(b), ".")
-	nanos, err1 := strconv.ParseInt(ns, 10, 64)
-	id, err2 := strconv.ParseInt(idText, 10, 64)
-	if !ok || err1 != nil || err2 != nil || id <= 0 {
-		return time.Time{}, 0, errMalformedCursor
+	ns, id, ok := strings.Cut(string(b), ".")
+	nanos, err := strconv.ParseInt(ns, 10, 64)
+	// An id the database cannot hold (PostgreSQL refuses invalid UTF-8 and
+	// NUL) is no id a page ended with.
+	if !ok || err != nil || id == "" || !utf8.ValidString(id) || strings.ContainsRune(id, 0) {
+		return time.Time{}, "", errMalformedCursor
 	}
 	return time.Unix(0, nanos).UTC(), id, nil
+}
+
+// encodeCursor is encodeTextCursor for a row with a numeric id.
+func encodeCursor(at time.Time, id int64) string {
+	return encodeTextCursor(at, strconv.FormatInt(id, 10))
+}
+
+// decodeCursor reads what encodeCursor wrote: a text cursor whose id is a
+// positive int64.
+func decodeCursor(c string) (time.Time, int64, error) {
+	at, idText, err := decodeTextCursor(c)
+	if err != nil {
+		return time.Time{}, 0, err
+	}
+	id, err := strconv.ParseInt(idText, 10, 64)
+	if err != nil || id <= 0 {
+		return time.Time{}, 0, errMalformedCursor
+	}
+	return at, id, nil
 }
