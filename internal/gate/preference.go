@@ -67,11 +67,6 @@ func (p *Preferences) DigestOnly(scene string) bool {
 	return p != nil && slices.Contains(p.DigestScenes, scene)
 }
 
-// Empty reports whether the preferences ask nothing of the gate.
-func (p *Preferences) Empty() bool {
-	return p == nil || (len(p.MutedScenes) == 0 && len(p.DigestScenes) == 0)
-}
-
 // Check validates the preferences as a PUT gives them, and makes their
 // lists canonical (sorted, without repeats, never nil). Every error wraps
 // ErrBadRequest.
