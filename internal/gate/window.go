@@ -34,6 +34,9 @@ type AdmitRequest struct {
 	// DryRun decides the request as a real one would be decided now, and
 	// records nothing: the verdict of a check that only asks.
 	DryRun bool
+	// WantTightest asks for AdmitResult.Tightest. Only the check API asks;
+	// without it Tightest stays nil, and the message path spares its cost.
+	WantTightest bool
 }
 
 // Exceeded names the limit that held a message back.
@@ -66,8 +69,8 @@ type AdmitResult struct {
 	NextAllowedAt time.Time
 	// Now is the store's clock at the decision.
 	Now time.Time
-	// Tightest is set when Admitted is true (and not Duplicate) and a limit
-	// applies: the limit with the fewest slots left after this admission,
+	// Tightest is set when the request's WantTightest is, Admitted is true
+	// (and not Duplicate) and a limit applies: the limit with the fewest slots left after this admission,
 	// and its Count including this message. A dry run reports what an
 	// admission would leave. Of limits with as few slots left, the first
 	// wins, scene limits before caps. A forced admission over a limit

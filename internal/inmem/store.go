@@ -212,7 +212,7 @@ func (s *Store) admit(now int64, r *gate.AdmitRequest) gate.AdmitResult {
 		return res
 	}
 	sTAT, cTAT := s.tat(sk, now), s.tat(ck, now)
-	var v verdict
+	v := verdict{track: r.WantTightest}
 	v.check(scene, sTAT, now, r.Zone, gate.ScopeScene, r.Limits)
 	v.check(caps, cTAT, now, r.Zone, gate.ScopeRecipient, r.Caps)
 	if v.exceeded != nil && !r.Force {
@@ -314,12 +314,13 @@ func (w *window) count(from int64) int {
 	return len(w.entries) - i
 }
 
-// verdict collects the exceeded limit that reopens last, and the limit
-// with the fewest slots left once the message is admitted.
+// verdict collects the exceeded limit that reopens last, and when track
+// is set the limit with the fewest slots left once the message is admitted.
 type verdict struct {
 	exceeded *gate.Exceeded
 	reopen   int64 // ms
 	tightest *gate.Exceeded
+	track    bool // whether to keep tightest (AdmitRequest.WantTightest)
 }
 
 // check counts each of limits: a window's (or period's) members in w, a
@@ -345,7 +346,7 @@ func (v *verdict) check(w *window, tat, now int64, zone *time.Location, scope ga
 				reopen = w.entries[len(w.entries)-l.Max].at + l.WindowMillis()
 			}
 		}
-		if v.tightest == nil || l.Max-c-1 < v.tightest.Limit.Max-v.tightest.Count {
+		if v.track && (v.tightest == nil || l.Max-c-1 < v.tightest.Limit.Max-v.tightest.Count) {
 			v.tightest = &gate.Exceeded{Scope: scope, Limit: l, Count: c + 1}
 		}
 		if c < l.Max {

@@ -243,7 +243,7 @@ func (c *Checker) admitAll(ctx context.Context, items []*checkItem) {
 			continue
 		}
 		r := *it.plan.Request
-		r.DryRun = it.req.DryRun
+		r.DryRun, r.WantTightest = it.req.DryRun, true // only the check API reads Tightest
 		reqs, who = append(reqs, r), append(who, it)
 	}
 	if len(reqs) == 0 {

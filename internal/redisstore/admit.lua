@@ -10,7 +10,8 @@
 -- ARGV  member, flags, #limits, #caps, then (window, max) pairs: limits, then caps,
 --       then #periods triples (start_ms, end_ms, end2_ms), then the emission interval (ms)
 --       of the scene's rate limit and of the caps', each only when there is one
--- flags is force (0|1) + 2 * #periods + 8 * (scene rate) + 16 * (cap rate) + 32 * (dry run):
+-- flags is force (0|1) + 2 * #periods + 8 * (scene rate) + 16 * (cap rate) + 32 * (dry run)
+-- + 64 * (want tightest):
 -- a message with rolling limits only sends 0 or 1 and no triples, and costs what it did
 -- before calendar and rate limits. A rolling limit's window is in ms; a calendar limit's
 -- is -k, naming triple k: two consecutive calendar periods [start, end) and [end, end2)
@@ -23,9 +24,9 @@
 -- interval at most). A rejected message reopens at TAT - (B - 1) * T; its count is the
 -- slots in use, ceil((TAT - now) / T). The TAT key expires one second after the TAT.
 --
--- Returns one reply per message: {now_ms, 1, scope, limit index, count} admitted, naming
--- the limit with the fewest slots left after it and its count with this message ({now_ms,
--- 1} when nothing limits the message), {now_ms, 2} duplicate, {now_ms, 0, scope (1 scene,
+-- Returns one reply per message: {now_ms, 1} admitted, or with want tightest {now_ms, 1,
+-- scope, limit index, count}, naming the limit with the fewest slots left after it and its
+-- count with this message ({now_ms, 1} still when nothing limits the message), {now_ms, 2} duplicate, {now_ms, 0, scope (1 scene,
 -- 2 recipient), limit index (0-based), count, next_allowed_ms}, or {now_ms, 3} when now
 -- lies in neither period of a triple: the clocks of Redis and the gate disagree by about a
 -- period, and nothing of the message was counted. A dry run decides alike and writes
@@ -98,7 +99,8 @@ local function decide(ki, a, flags)
   local force = flags % 2 == 1
   local nb = math.floor(flags / 2) % 4
   local srate, crate = math.floor(flags / 8) % 2 == 1, math.floor(flags / 16) % 2 == 1
-  local dry = flags >= 32
+  local dry = math.floor(flags / 32) % 2 == 1
+  local want = flags >= 64
   local id = ARGV[a]
   local ns, nc = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   if ns + nc == 0 then
@@ -183,7 +185,7 @@ local function decide(ki, a, flags)
           reopen = tonumber(at_m) + w
         end
       end
-      if tight == nil or m - c - 1 < tight[1] then
+      if want and (tight == nil or m - c - 1 < tight[1]) then
         tight = {m - c - 1, scope, j, c + 1}
       end
       if c >= m and (worst == nil or reopen > worst[6]) then
@@ -196,7 +198,8 @@ local function decide(ki, a, flags)
   if worst and not force then
     return worst
   end
-  local reply = {now, 1, tight[2], tight[3], tight[4]}
+  local reply = {now, 1}
+  if want then reply = {now, 1, tight[2], tight[3], tight[4]} end
   if dry then
     return reply
   end

@@ -83,14 +83,15 @@ const (
 	flagSceneRate = 8
 	flagCapRate   = 16
 	flagDryRun    = 32
+	flagTightest  = 64
 )
 
 // appendArgs appends the ARGV of admit.lua: member, flags, #limits, #caps,
 // then (window, max) pairs, limits first, then a triple of period bounds
 // per calendar the limits name, then the emission intervals of the rate
 // limits. now is the gate's clock, read when r has calendar limits. A
-// request without calendar or rate limits, not a dry run, sends what it
-// sent before they existed.
+// request without calendar or rate limits, not a dry run and not asking
+// for the tightest limit, sends what it sent before they existed.
 func appendArgs(args []any, r *gate.AdmitRequest, now time.Time) []any {
 	cals, nc := calendarsOf(r)
 	flags := 2 * nc
@@ -107,6 +108,9 @@ func appendArgs(args []any, r *gate.AdmitRequest, now time.Time) []any {
 	}
 	if r.DryRun {
 		flags += flagDryRun
+	}
+	if r.WantTightest {
+		flags += flagTightest
 	}
 	args = append(args, member(r.ID), flags, len(r.Limits), len(r.Caps))
 	args = appendPairs(args, r.Limits, cals[:nc])

@@ -31,9 +31,18 @@ var rateCases = []testCase{
 	{"DryRunRecordsNothing", testDryRunRecordsNothing},
 	{"DryRunDecidesAsReal", testDryRunDecidesAsReal},
 	{"Tightest", testTightest},
+	{"TightestOnlyWhenAsked", testTightestOnlyWhenAsked},
 }
 
 func rate(every time.Duration, burst int) gate.Limit { return gate.Limit{Rate: every, Max: burst} }
+
+// tightReq is req asking for the tightest limit, which the rate cases
+// check (see gate.AdmitRequest.WantTightest).
+func tightReq(recipient, scene, id string, l ...gate.Limit) gate.AdmitRequest {
+	x := req(recipient, scene, id, l...)
+	x.WantTightest = true
+	return x
+}
 
 // wantTightest checks the tightest limit an admission reports.
 func wantTightest(t *testing.T, what string, got gate.AdmitResult, want gate.Exceeded) {
@@ -51,7 +60,7 @@ func testRateBurstThenInterval(t *testing.T, b Backend) {
 			r, l := newRecipient(), rate(time.Hour, burst)
 			var first gate.AdmitResult
 			for i := range burst + 2 {
-				got := admitOne(t, b.Store, req(r, "s", newID(), l))
+				got := admitOne(t, b.Store, tightReq(r, "s", newID(), l))
 				what := fmt.Sprintf("message %d of burst %d", i+1, burst)
 				if i == 0 {
 					first = got
@@ -64,8 +73,8 @@ func testRateBurstThenInterval(t *testing.T, b Backend) {
 				// TAT = first + burst hours: it admits again at TAT - (burst-1) h.
 				wantRejected(t, what, got, gate.Exceeded{Scope: gate.ScopeScene, Limit: l, Count: burst}, first.Now.Add(time.Hour))
 			}
-			wantAdmitted(t, "another scene", admitOne(t, b.Store, req(r, "other", newID(), l)))
-			wantAdmitted(t, "another recipient", admitOne(t, b.Store, req(newRecipient(), "s", newID(), l)))
+			wantAdmitted(t, "another scene", admitOne(t, b.Store, tightReq(r, "other", newID(), l)))
+			wantAdmitted(t, "another recipient", admitOne(t, b.Store, tightReq(newRecipient(), "s", newID(), l)))
 		})
 	}
 }
@@ -97,7 +106,7 @@ func testRateRefills(t *testing.T, b Backend) {
 		if i == 40 {
 			t.Fatalf("only %d admitted in 40 tries over %v", admitted, 40*70*ms)
 		}
-		got := admitOne(t, b.Store, req(r, "s", newID(), l))
+		got := admitOne(t, b.Store, tightReq(r, "s", newID(), l))
 		what := fmt.Sprintf("try %d at %s", i+1, stamp(got.Now))
 		ok, count, next := model.decide(got.Now.UnixMilli())
 		if ok {
@@ -115,10 +124,10 @@ func testRateRefills(t *testing.T, b Backend) {
 // With a settable clock, a millisecond earlier does not.
 func testRateNextAllowedExact(t *testing.T, b Backend) {
 	r, l := newRecipient(), rate(300*ms, 2)
-	a := admitOne(t, b.Store, req(r, "s", newID(), l))
+	a := admitOne(t, b.Store, tightReq(r, "s", newID(), l))
 	wantAdmitted(t, "a", a)
-	wantAdmitted(t, "b", admitOne(t, b.Store, req(r, "s", newID(), l)))
-	x := req(r, "s", newID(), l)
+	wantAdmitted(t, "b", admitOne(t, b.Store, tightReq(r, "s", newID(), l)))
+	x := tightReq(r, "s", newID(), l)
 	got := admitOne(t, b.Store, x)
 	if !got.Now.Before(a.Now.Add(300 * ms)) {
 		t.Skipf("x decided %v after a: the machine is too slow for this test", got.Now.Sub(a.Now))
@@ -149,20 +158,20 @@ func testRateNextAllowedExact(t *testing.T, b Backend) {
 func testRateAtomicWithWindows(t *testing.T, b Backend) {
 	t.Run("window rejects", func(t *testing.T) {
 		r, w, g := newRecipient(), lim(time.Hour, 1), rate(time.Hour, 3)
-		a := admitOne(t, b.Store, req(r, "s", newID(), w, g))
+		a := admitOne(t, b.Store, tightReq(r, "s", newID(), w, g))
 		wantAdmitted(t, "a", a)
-		wantRejected(t, "b", admitOne(t, b.Store, req(r, "s", newID(), w, g)), gate.Exceeded{Scope: gate.ScopeScene, Limit: w, Count: 1}, a.Now.Add(time.Hour))
+		wantRejected(t, "b", admitOne(t, b.Store, tightReq(r, "s", newID(), w, g)), gate.Exceeded{Scope: gate.ScopeScene, Limit: w, Count: 1}, a.Now.Add(time.Hour))
 		// The rate limit counts a alone: b took no slot.
-		c := admitOne(t, b.Store, req(r, "s", newID(), g))
+		c := admitOne(t, b.Store, tightReq(r, "s", newID(), g))
 		wantAdmitted(t, "c, rate only", c)
 		wantTightest(t, "c", c, gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 2})
 	})
 	t.Run("rate rejects", func(t *testing.T) {
 		r, w, g := newRecipient(), lim(time.Hour, 5), rate(time.Hour, 1)
-		a := admitOne(t, b.Store, req(r, "s", newID(), w, g))
+		a := admitOne(t, b.Store, tightReq(r, "s", newID(), w, g))
 		wantAdmitted(t, "a", a)
-		wantRejected(t, "b", admitOne(t, b.Store, req(r, "s", newID(), w, g)), gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 1}, a.Now.Add(time.Hour))
-		c := admitOne(t, b.Store, req(r, "s", newID(), w))
+		wantRejected(t, "b", admitOne(t, b.Store, tightReq(r, "s", newID(), w, g)), gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 1}, a.Now.Add(time.Hour))
+		c := admitOne(t, b.Store, tightReq(r, "s", newID(), w))
 		wantAdmitted(t, "c, window only", c)
 		wantTightest(t, "c", c, gate.Exceeded{Scope: gate.ScopeScene, Limit: w, Count: 2})
 		if b.Members != nil {
@@ -172,27 +181,27 @@ func testRateAtomicWithWindows(t *testing.T, b Backend) {
 	t.Run("cap rate rejects", func(t *testing.T) {
 		r, w, g := newRecipient(), lim(time.Hour, 5), rate(time.Hour, 1)
 		q := func(scene string) gate.AdmitRequest {
-			x := req(r, scene, newID(), w)
+			x := tightReq(r, scene, newID(), w)
 			x.Caps = limits(g)
 			return x
 		}
 		a := admitOne(t, b.Store, q("s1"))
 		wantAdmitted(t, "a", a)
 		wantRejected(t, "b", admitOne(t, b.Store, q("s2")), gate.Exceeded{Scope: gate.ScopeRecipient, Limit: g, Count: 1}, a.Now.Add(time.Hour))
-		c := admitOne(t, b.Store, req(r, "s2", newID(), w))
+		c := admitOne(t, b.Store, tightReq(r, "s2", newID(), w))
 		wantTightest(t, "c, in s2 without caps", c, gate.Exceeded{Scope: gate.ScopeScene, Limit: w, Count: 1})
 	})
 	t.Run("cap window rejects", func(t *testing.T) {
 		r, g, capw := newRecipient(), rate(time.Hour, 2), lim(time.Hour, 1)
 		q := func(scene string) gate.AdmitRequest {
-			x := req(r, scene, newID(), g)
+			x := tightReq(r, scene, newID(), g)
 			x.Caps = limits(capw)
 			return x
 		}
 		a := admitOne(t, b.Store, q("s"))
 		wantAdmitted(t, "a", a)
 		wantRejected(t, "b", admitOne(t, b.Store, q("s")), gate.Exceeded{Scope: gate.ScopeRecipient, Limit: capw, Count: 1}, a.Now.Add(time.Hour))
-		c := admitOne(t, b.Store, req(r, "s", newID(), g))
+		c := admitOne(t, b.Store, tightReq(r, "s", newID(), g))
 		wantTightest(t, "c, without caps", c, gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 2})
 	})
 }
@@ -202,7 +211,7 @@ func testRateAtomicWithWindows(t *testing.T, b Backend) {
 func testRateCapsAcrossScenes(t *testing.T, b Backend) {
 	r, g := newRecipient(), rate(time.Hour, 2)
 	q := func(recipient, scene string) gate.AdmitRequest {
-		return gate.AdmitRequest{ID: newID(), Recipient: recipient, Scene: scene, Caps: limits(g)}
+		return gate.AdmitRequest{ID: newID(), Recipient: recipient, Scene: scene, Caps: limits(g), WantTightest: true}
 	}
 	a := admitOne(t, b.Store, q(r, "s1"))
 	wantAdmitted(t, "s1", a)
@@ -221,7 +230,7 @@ func testRateCapsAcrossScenes(t *testing.T, b Backend) {
 // A scene whose only limit is a rate limit knows its ids again.
 func testRateDuplicates(t *testing.T, b Backend) {
 	r, g := newRecipient(), rate(time.Hour, 2)
-	a := req(r, "s", newID(), g)
+	a := tightReq(r, "s", newID(), g)
 	first := admitOne(t, b.Store, a)
 	wantAdmitted(t, "a", first)
 	wantDuplicate(t, "a again", admitOne(t, b.Store, a))
@@ -233,11 +242,11 @@ func testRateDuplicates(t *testing.T, b Backend) {
 	forced.Force, dry.DryRun = true, true
 	wantDuplicate(t, "a forced", admitOne(t, b.Store, forced))
 	wantDuplicate(t, "a dry run", admitOne(t, b.Store, dry))
-	bb := admitOne(t, b.Store, req(r, "s", newID(), g))
+	bb := admitOne(t, b.Store, tightReq(r, "s", newID(), g))
 	wantAdmitted(t, "b, so a counted once", bb)
 	wantTightest(t, "b", bb, gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 2})
 	wantDuplicate(t, "a, limit full", admitOne(t, b.Store, a))
-	wantRejected(t, "c", admitOne(t, b.Store, req(r, "s", newID(), g)), gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 2}, first.Now.Add(time.Hour))
+	wantRejected(t, "c", admitOne(t, b.Store, tightReq(r, "s", newID(), g)), gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 2}, first.Now.Add(time.Hour))
 }
 
 // Forget gives back the slot an admission took from the scene's and the
@@ -245,7 +254,7 @@ func testRateDuplicates(t *testing.T, b Backend) {
 func testRateForget(t *testing.T, b Backend) {
 	r, g, capg := newRecipient(), rate(time.Hour, 1), rate(time.Hour, 2)
 	q := func(scene string) gate.AdmitRequest {
-		x := req(r, scene, newID(), g)
+		x := tightReq(r, scene, newID(), g)
 		x.Caps = limits(capg)
 		return x
 	}
@@ -284,14 +293,14 @@ func testRateForced(t *testing.T, b Backend) {
 	r, g := newRecipient(), rate(time.Hour, 2)
 	var last gate.AdmitResult
 	for i := range 5 {
-		q := req(r, "s", newID(), g)
+		q := tightReq(r, "s", newID(), g)
 		q.Force = true
 		last = admitOne(t, b.Store, q)
 		wantAdmitted(t, fmt.Sprintf("forced %d", i+1), last)
 		// Slots in use before: min(i, 2); the tightest counts this one too.
 		wantTightest(t, fmt.Sprintf("forced %d", i+1), last, gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: min(i, 2) + 1})
 	}
-	got := admitOne(t, b.Store, req(r, "s", newID(), g))
+	got := admitOne(t, b.Store, tightReq(r, "s", newID(), g))
 	if got.Admitted || got.Exceeded == nil || got.Exceeded.Count != 2 {
 		t.Fatalf("after 5 forced: got %s, want rejected with 2 slots in use", show(got))
 	}
@@ -305,23 +314,23 @@ func testRateForced(t *testing.T, b Backend) {
 func testRateInBatch(t *testing.T, b Backend) {
 	r1, r2, r3 := newRecipient(), newRecipient(), newRecipient()
 	g, w, capg := rate(time.Hour, 2), lim(time.Hour, 1), rate(time.Hour, 1)
-	c1 := req(r3, "s1", newID(), w)
+	c1 := tightReq(r3, "s1", newID(), w)
 	c1.Caps = limits(capg)
-	c2 := req(r3, "s2", newID(), w)
+	c2 := tightReq(r3, "s2", newID(), w)
 	c2.Caps = limits(capg)
-	dry := req(r1, "s", newID(), g)
+	dry := tightReq(r1, "s", newID(), g)
 	dry.DryRun = true
-	a := req(r1, "s", newID(), g)
+	a := tightReq(r1, "s", newID(), g)
 	got := admit(t, b.Store,
 		a,
-		req(r2, "s", newID(), w),
+		tightReq(r2, "s", newID(), w),
 		dry,
 		c1,
-		req(r1, "s", newID(), g),
+		tightReq(r1, "s", newID(), g),
 		a,
-		req(r2, "s", newID(), w),
+		tightReq(r2, "s", newID(), w),
 		c2,
-		req(r1, "s", newID(), g),
+		tightReq(r1, "s", newID(), g),
 	)
 	wantAdmitted(t, "r1 a", got[0])
 	wantTightest(t, "r1 a", got[0], gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 1})
@@ -357,7 +366,7 @@ func testRateConcurrent(t *testing.T, b Backend) {
 	r := newRecipient()
 	scene, capg := rate(time.Hour, 3), rate(time.Hour, 4)
 	admitted, errs := hammer(t, b, workers, perWorker, func(w, i int) gate.AdmitRequest {
-		q := req(r, fmt.Sprint("s", (w+i)%2), newID(), scene)
+		q := tightReq(r, fmt.Sprint("s", (w+i)%2), newID(), scene)
 		q.Caps = limits(capg)
 		return q
 	})
@@ -383,7 +392,7 @@ func testRateConcurrentRefill(t *testing.T, b Backend) {
 		if i > 0 {
 			b.Sleep(25 * ms)
 		}
-		return req(r, "s", newID(), g)
+		return tightReq(r, "s", newID(), g)
 	})
 	if len(errs) > 0 {
 		t.Fatalf("%d of %d calls failed, first: %v", len(errs), workers*perWorker, errs[0])
@@ -460,7 +469,7 @@ func testDryRunRecordsNothing(t *testing.T, b Backend) {
 	r := newRecipient()
 	w, g, capw, capg := lim(time.Hour, 2), rate(time.Hour, 3), lim(time.Hour, 5), rate(time.Hour, 4)
 	q := func(dry bool) gate.AdmitRequest {
-		x := req(r, "s", newID(), w, g)
+		x := tightReq(r, "s", newID(), w, g)
 		x.Caps, x.DryRun = limits(capw, capg), dry
 		return x
 	}
@@ -528,7 +537,7 @@ func testTightest(t *testing.T, b Backend) {
 	r := newRecipient()
 	w, g, capw := lim(time.Hour, 3), rate(time.Hour, 2), lim(time.Hour, 5)
 	q := func(force bool) gate.AdmitRequest {
-		x := req(r, "s", newID(), w, g)
+		x := tightReq(r, "s", newID(), w, g)
 		x.Caps, x.Force = limits(capw), force
 		return x
 	}
@@ -541,15 +550,31 @@ func testTightest(t *testing.T, b Backend) {
 
 	// Equal slots left: the first limit wins.
 	r2 := newRecipient()
-	x := req(r2, "s", newID(), lim(time.Hour, 2), lim(24*time.Hour, 2))
+	x := tightReq(r2, "s", newID(), lim(time.Hour, 2), lim(24*time.Hour, 2))
 	x.Caps = limits(lim(time.Hour, 2))
 	wantTightest(t, "equals", admitOne(t, b.Store, x), gate.Exceeded{Scope: gate.ScopeScene, Limit: lim(time.Hour, 2), Count: 1})
 	// The cap tighter than the scene.
-	y := req(r2, "t", newID(), lim(time.Hour, 5))
+	y := tightReq(r2, "t", newID(), lim(time.Hour, 5))
 	y.Caps = limits(lim(time.Hour, 2))
 	wantTightest(t, "cap", admitOne(t, b.Store, y), gate.Exceeded{Scope: gate.ScopeRecipient, Limit: lim(time.Hour, 2), Count: 2})
 
-	if got := admitOne(t, b.Store, req(newRecipient(), "s", newID())); got.Tightest != nil {
+	if got := admitOne(t, b.Store, tightReq(newRecipient(), "s", newID())); got.Tightest != nil {
 		t.Fatalf("no limits: Tightest = %+v, want nil", got.Tightest)
+	}
+}
+
+// Without WantTightest an admission reports no tightest limit, real or
+// dry run, forced or not, in the scene and in the caps.
+func testTightestOnlyWhenAsked(t *testing.T, b Backend) {
+	r := newRecipient()
+	w, g, capw := lim(time.Hour, 3), rate(time.Hour, 2), lim(time.Hour, 5)
+	for i, mode := range []string{"real", "dry run", "forced"} {
+		x := req(r, "s", newID(), w, g)
+		x.Caps, x.DryRun, x.Force = limits(capw), i == 1, i == 2
+		got := admitOne(t, b.Store, x)
+		wantAdmitted(t, mode, got)
+		if got.Tightest != nil {
+			t.Fatalf("%s without WantTightest: Tightest = %+v, want nil", mode, got.Tightest)
+		}
 	}
 }
