@@ -40,12 +40,9 @@ type checkEnvelope struct {
 // characters, id types, priorities and zones. Unlike an envelope, a field
 // the check does not know is refused: a check has no content to carry, and a
 // misspelt dry_run would otherwise take a real slot. The body must be at
-// most maxBytes (0 means MaxCheckBytes). Every error is an *InvalidError.
-func ParseCheck(data []byte, maxBytes int) (CheckRequest, error) {
-	if maxBytes <= 0 {
-		maxBytes = MaxCheckBytes
-	}
-	if err := checkBody(data, maxBytes, "UTF-8 JSON"); err != nil {
+// most MaxCheckBytes. Every error is an *InvalidError.
+func ParseCheck(data []byte) (CheckRequest, error) {
+	if err := checkBody(data, MaxCheckBytes, "UTF-8 JSON"); err != nil {
 		return CheckRequest{}, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -11,7 +11,7 @@ import (
 
 func TestParseCheck(t *testing.T) {
 	ok := `{"id":"c1","scene":"s","receive_id_type":"user_id","receive_id":"u1","priority":"high","tz":"Europe/Berlin","dry_run":true}`
-	req, err := ParseCheck([]byte(ok), 0)
+	req, err := ParseCheck([]byte(ok))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +20,7 @@ func TestParseCheck(t *testing.T) {
 		m.TZ != "Europe/Berlin" || m.Zone == nil || !req.DryRun || m.Raw != nil {
 		t.Errorf("got %+v dry_run %v", m, req.DryRun)
 	}
-	req, err = ParseCheck([]byte(`{"id":"c1","scene":"s","receive_id":"u1","dry_run":null}`), 0)
+	req, err = ParseCheck([]byte(`{"id":"c1","scene":"s","receive_id":"u1","dry_run":null}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestParseCheck(t *testing.T) {
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseCheck([]byte(tt.body), 0)
+			_, err := ParseCheck([]byte(tt.body))
 			if !IsInvalid(err) {
 				t.Fatalf("got %v, want an *InvalidError", err)
 			}

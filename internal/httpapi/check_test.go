@@ -30,7 +30,7 @@ func (f fakeChecker) Check(_ context.Context, body []byte) (gate.CheckAnswer, er
 	if f.got != nil {
 		*f.got = body
 	}
-	if _, err := gate.ParseCheck(body, 0); err != nil {
+	if _, err := gate.ParseCheck(body); err != nil {
 		return gate.CheckAnswer{}, err
 	}
 	return f.answer, f.err
@@ -181,7 +181,7 @@ func TestOpenAPICheckSchemas(t *testing.T) {
 		body[p] = v
 	}
 	b, _ := json.Marshal(body)
-	if _, err := gate.ParseCheck(b, 0); err != nil {
+	if _, err := gate.ParseCheck(b); err != nil {
 		t.Errorf("a check with every property of CheckRequest is refused: %v", err)
 	}
 	if req.AdditionalProperties == nil || *req.AdditionalProperties {

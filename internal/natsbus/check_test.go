@@ -74,7 +74,7 @@ func TestServeChecksAnswers(t *testing.T) {
 		case "bug":
 			return gate.CheckAnswer{}, errors.New("nil map")
 		}
-		req, err := gate.ParseCheck(body, 0)
+		req, err := gate.ParseCheck(body)
 		if err != nil {
 			return gate.CheckAnswer{}, err
 		}

@@ -31,8 +31,6 @@ type CheckOptions struct {
 	Preferences gate.PreferenceStore
 	Metrics     *metrics.Metrics // optional
 	Log         *slog.Logger     // optional
-	// MaxBytes bounds a check's body; 0 means gate.MaxCheckBytes.
-	MaxBytes int
 	// Now is the clock of quiet hours and of decisions no window store
 	// takes; time.Now by default.
 	Now func() time.Time
@@ -90,7 +88,7 @@ var ErrCheckStore = errors.New("check could not be answered")
 // answer.
 func (c *Checker) Check(ctx context.Context, body []byte) (a gate.CheckAnswer, err error) {
 	defer func() { c.count(a, err) }()
-	req, err := gate.ParseCheck(body, c.o.MaxBytes)
+	req, err := gate.ParseCheck(body)
 	if err != nil {
 		return gate.CheckAnswer{}, err
 	}

@@ -19,7 +19,7 @@ func (f *checkFixture) decide(t *testing.T, bodies ...[]byte) ([]gate.CheckAnswe
 	t.Helper()
 	batch := make([]*checkItem, len(bodies))
 	for i, b := range bodies {
-		req, err := gate.ParseCheck(b, 0)
+		req, err := gate.ParseCheck(b)
 		if err != nil {
 			t.Fatal(err)
 		}
