@@ -269,29 +269,32 @@ func (c *Checker) admitAll(ctx context.Context, items []*checkItem) {
 }
 
 // admitEach is admit with an error for each request: the call's, or, when
-// the store refuses the call as invalid, each request's own, asked alone,
-// so that one request the store cannot take does not fail its batch.
+// the store refuses the call as invalid, each request's own, the call
+// split in halves down to the requests it refuses (bisect), so that one
+// request the store cannot take does not fail its batch.
 func (c *Checker) admitEach(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.AdmitResult, []error) {
+	rs := make([]gate.AdmitResult, len(reqs))
 	errs := make([]error, len(reqs))
-	rs, err := admit(ctx, c.o.Store, reqs)
-	switch {
-	case err == nil:
-		return rs, errs
-	case len(reqs) > 1 && errors.Is(err, gate.ErrInvalidRequest):
-		rs = make([]gate.AdmitResult, len(reqs))
-		for i := range reqs {
-			if one, err := admit(ctx, c.o.Store, reqs[i:i+1]); err != nil {
+	at := make([]int, len(reqs))
+	for i := range at {
+		at[i] = i
+	}
+	// bisect's parts are runs of at: part holds reqs[part[0]:][:len(part)].
+	bisect(at, func(part []int) error {
+		got, err := admit(ctx, c.o.Store, reqs[part[0]:][:len(part)])
+		switch {
+		case errors.Is(err, gate.ErrInvalidRequest):
+			return err
+		case err != nil:
+			for _, i := range part {
 				errs[i] = err
-			} else {
-				rs[i] = one[0]
 			}
+		default:
+			copy(rs[part[0]:], got)
 		}
-		return rs, errs
-	}
-	for i := range errs {
-		errs[i] = err
-	}
-	return nil, errs
+		return nil
+	}, func(i int, err error) { errs[i] = err })
+	return rs, errs
 }
 
 // failed counts a failed call and returns its error, wrapping
