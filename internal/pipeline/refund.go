@@ -112,12 +112,12 @@ func (r *Refunder) count(err error, already bool) {
 	if r.o.Metrics == nil {
 		return
 	}
-	r.o.Metrics.Refunds.WithLabelValues(RefundResultLabel(err, already)).Inc()
+	r.o.Metrics.Refunds.WithLabelValues(refundResultLabel(err, already)).Inc()
 }
 
-// RefundResultLabel is the result label of gate_refunds_total for a
+// refundResultLabel is the result label of gate_refunds_total for a
 // refund that ended with err.
-func RefundResultLabel(err error, already bool) string {
+func refundResultLabel(err error, already bool) string {
 	switch {
 	case err == nil && already:
 		return "already_refunded"
