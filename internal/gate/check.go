@@ -170,6 +170,13 @@ func PriorAnswer(p Prior) CheckAnswer {
 	return CheckAnswer{Decision: p.Outcome, Admitted: p.Outcome == OutcomeForward, Duplicate: true, DecidedAt: p.At}
 }
 
+// AsDuplicate is a, the first answer to an id, as a later check of that id
+// gets it: marked duplicate, and not a dry run (the first check was not).
+func (a CheckAnswer) AsDuplicate() CheckAnswer {
+	a.Duplicate, a.DryRun = true, false
+	return a
+}
+
 // CheckRecord is the ledger record of a non-dry check of m decided as d:
 // RecordOf, except that a defer or digest decision holds nothing (a check
 // has no payload) and is recorded as the suppression it amounts to now,

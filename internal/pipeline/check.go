@@ -112,8 +112,7 @@ func (c *Checker) answered(ctx context.Context, id string) (gate.CheckAnswer, bo
 	case err != nil:
 		return gate.CheckAnswer{}, false, c.failed("audit", "check_answer", err)
 	case found:
-		a.Duplicate, a.DryRun = true, false
-		return a, true, nil
+		return a.AsDuplicate(), true, nil
 	case prior.Outcome != "":
 		// A check that claimed the id a moment ago stores its answer
 		// right after: waited for, before the ledger's outcome stands in.
@@ -150,8 +149,7 @@ func (c *Checker) first(ctx context.Context, id string, tried int) (gate.CheckAn
 		case err != nil:
 			return gate.CheckAnswer{}, c.failed("audit", "check_answer", err)
 		case found:
-			a.Duplicate, a.DryRun = true, false
-			return a, nil
+			return a.AsDuplicate(), nil
 		case try >= firstTries && prior.Outcome != "":
 			return gate.PriorAnswer(prior), nil
 		case try >= firstTries:
@@ -303,13 +301,20 @@ func (c *Checker) admitEach(ctx context.Context, reqs []gate.AdmitRequest) ([]ga
 // check fails again.
 func (c *Checker) failed(store, op string, err error) error {
 	countFailure(c.o.Metrics, store, op)
-	if errors.Is(err, gate.ErrPermanent) || errors.Is(err, gate.ErrInvalidRequest) {
+	if refusedForGood(err) {
 		return refusedBy(store, err)
 	}
 	if !errors.Is(err, gate.ErrUnavailable) {
 		err = fmt.Errorf("%w: %w", gate.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s %s: %w: %w", store, op, ErrCheckStore, err)
+}
+
+// refusedForGood reports whether a store refused a call for good: data it
+// cannot hold (gate.ErrPermanent) or a request no store can decide
+// (gate.ErrInvalidRequest). Asked again, it refuses again.
+func refusedForGood(err error) bool {
+	return errors.Is(err, gate.ErrPermanent) || errors.Is(err, gate.ErrInvalidRequest)
 }
 
 // forget takes a check's admission back out of its windows.

@@ -66,7 +66,7 @@ func (it *checkItem) resolve(a gate.CheckAnswer, err error) {
 		for _, t := range it.twins {
 			ta := a
 			if err == nil {
-				ta.Duplicate, ta.DryRun = true, false
+				ta = a.AsDuplicate()
 			}
 			t.resolve(ta, err)
 		}
@@ -229,7 +229,7 @@ func (c *Checker) answeredAll(ctx context.Context, items []*checkItem) []*checkI
 		m, err := b.Answers(ctx, ids)
 		done()
 		switch {
-		case errors.Is(err, gate.ErrPermanent) || errors.Is(err, gate.ErrInvalidRequest):
+		case refusedForGood(err):
 			return err
 		case err != nil:
 			err = c.failed("audit", "check_answer", err)
@@ -246,9 +246,8 @@ func (c *Checker) answeredAll(ctx context.Context, items []*checkItem) []*checkI
 		switch {
 		case it.out:
 		case sa.Found:
-			sa.Answer.Duplicate, sa.Answer.DryRun = true, false
 			it.out = true
-			it.resolve(sa.Answer, nil)
+			it.resolve(sa.Answer.AsDuplicate(), nil)
 		case sa.Prior.Outcome != "":
 			// A check that claimed the id a moment ago stores its answer
 			// right after: waited for, on its own.
@@ -277,7 +276,7 @@ func (c *Checker) commit(ctx context.Context, real []*checkItem, version string)
 		known, err := c.o.Audit.Commit(ctx, recs)
 		done()
 		switch {
-		case errors.Is(err, gate.ErrPermanent) || errors.Is(err, gate.ErrInvalidRequest):
+		case refusedForGood(err):
 			return err
 		case err != nil:
 			c.failAll(ctx, part, c.failed("audit", "commit", err))
