@@ -24,12 +24,14 @@ type call struct {
 // clock is read only when a request has calendar limits.
 func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) (calls []call, now time.Time, err error) {
 	nargs, nkeys, clock := 0, 0, false
+	rts := make([]rates, len(reqs))
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
 			return nil, now, fmt.Errorf("admit: request %d (id %q): %w", i, reqs[i].ID, err)
 		}
 		_, nc := calendarsOf(&reqs[i])
-		nr := ratesOf(&reqs[i])
+		rts[i] = ratesOf(&reqs[i])
+		nr := rts[i].n()
 		nargs += 4 + 2*(len(reqs[i].Limits)+len(reqs[i].Caps)) + 3*nc + nr
 		nkeys += 2 + nr
 		clock = clock || nc > 0
@@ -45,35 +47,51 @@ func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) (calls []call,
 		hi := min(lo+perCall, len(reqs))
 		start, kstart := len(args), len(keys)
 		for i := lo; i < hi; i++ {
-			keys = s.appendKeys(keys, &reqs[i])
-			args = appendArgs(args, &reqs[i], now)
+			keys = s.appendKeys(keys, &reqs[i], rts[i])
+			args = appendArgs(args, &reqs[i], rts[i], now)
 		}
 		calls = append(calls, call{lo: lo, hi: hi, keys: keys[kstart:len(keys):len(keys)], args: args[start:len(args):len(args)]})
 	}
 	return calls, now, nil
 }
 
-// appendKeys appends the KEYS of admit.lua for r: its scene window and cap
-// window, then the TAT keys of its rate limits, only when it has them.
-func (s *Store) appendKeys(keys []string, r *gate.AdmitRequest) []string {
+// appendKeys appends the KEYS of admit.lua for r, whose rate limits are
+// rt: its scene window and cap window, then the TAT keys of its rate
+// limits, only when it has them.
+func (s *Store) appendKeys(keys []string, r *gate.AdmitRequest, rt rates) []string {
 	escaped := escape(r.Recipient)
 	keys = append(keys, s.sceneKey(escaped, r.Scene), s.capKey(escaped))
-	if _, i := gate.RateLimit(r.Limits); i >= 0 {
+	if rt.si >= 0 {
 		keys = append(keys, s.sceneRateKey(escaped, r.Scene))
 	}
-	if _, i := gate.RateLimit(r.Caps); i >= 0 {
+	if rt.ci >= 0 {
 		keys = append(keys, s.capRateKey(escaped))
 	}
 	return keys
 }
 
-// ratesOf counts r's rate limits: one for the scene, one for the caps, at
-// most (see gate.AdmitRequest.Validate).
-func ratesOf(r *gate.AdmitRequest) (n int) {
-	for _, set := range [2][]gate.Limit{r.Limits, r.Caps} {
-		if _, i := gate.RateLimit(set); i >= 0 {
-			n++
-		}
+// rates are a request's rate limits, found once: the scene's and the
+// caps', each with its index, -1 when there is none (a valid request has
+// one of each at most; see gate.AdmitRequest.Validate).
+type rates struct {
+	scene, caps gate.Limit
+	si, ci      int
+}
+
+func ratesOf(r *gate.AdmitRequest) (rt rates) {
+	rt.scene, rt.si = gate.RateLimit(r.Limits)
+	rt.caps, rt.ci = gate.RateLimit(r.Caps)
+	return rt
+}
+
+// n counts the rate limits.
+func (rt rates) n() int {
+	n := 0
+	if rt.si >= 0 {
+		n++
+	}
+	if rt.ci >= 0 {
+		n++
 	}
 	return n
 }
@@ -89,21 +107,19 @@ const (
 // appendArgs appends the ARGV of admit.lua: member, flags, #limits, #caps,
 // then (window, max) pairs, limits first, then a triple of period bounds
 // per calendar the limits name, then the emission intervals of the rate
-// limits. now is the gate's clock, read when r has calendar limits. A
+// limits (rt). now is the gate's clock, read when r has calendar limits. A
 // request without calendar or rate limits, not a dry run and not asking
 // for the tightest limit, sends what it sent before they existed.
-func appendArgs(args []any, r *gate.AdmitRequest, now time.Time) []any {
+func appendArgs(args []any, r *gate.AdmitRequest, rt rates, now time.Time) []any {
 	cals, nc := calendarsOf(r)
 	flags := 2 * nc
 	if r.Force {
 		flags++
 	}
-	srate, si := gate.RateLimit(r.Limits)
-	crate, ci := gate.RateLimit(r.Caps)
-	if si >= 0 {
+	if rt.si >= 0 {
 		flags += flagSceneRate
 	}
-	if ci >= 0 {
+	if rt.ci >= 0 {
 		flags += flagCapRate
 	}
 	if r.DryRun {
@@ -119,11 +135,11 @@ func appendArgs(args []any, r *gate.AdmitRequest, now time.Time) []any {
 		start, end, end2 := periods(c, now, r.Zone)
 		args = append(args, start, end, end2)
 	}
-	if si >= 0 {
-		args = append(args, srate.RateMillis())
+	if rt.si >= 0 {
+		args = append(args, rt.scene.RateMillis())
 	}
-	if ci >= 0 {
-		args = append(args, crate.RateMillis())
+	if rt.ci >= 0 {
+		args = append(args, rt.caps.RateMillis())
 	}
 	return args
 }

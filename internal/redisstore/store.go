@@ -324,21 +324,19 @@ func (s *Store) Forget(ctx context.Context, reqs []gate.AdmitRequest) error {
 	pipe := s.client.Pipeline()
 	for i := range reqs {
 		r := &reqs[i]
-		escaped, m := escape(r.Recipient), member(r.ID)
-		srate, si := gate.RateLimit(r.Limits)
-		crate, ci := gate.RateLimit(r.Caps)
-		if si < 0 && ci < 0 {
-			pipe.ZRem(ctx, s.sceneKey(escaped, r.Scene), m)
-			pipe.ZRem(ctx, s.capKey(escaped), m)
+		m, rt := member(r.ID), ratesOf(r)
+		keys := s.appendKeys(make([]string, 0, 4), r, rt)
+		if rt.n() == 0 {
+			pipe.ZRem(ctx, keys[0], m)
+			pipe.ZRem(ctx, keys[1], m)
 			continue
 		}
-		keys := append(make([]string, 0, 4), s.sceneKey(escaped, r.Scene), s.capKey(escaped))
 		var se, ce int64
-		if si >= 0 {
-			keys, se = append(keys, s.sceneRateKey(escaped, r.Scene)), srate.RateMillis()
+		if rt.si >= 0 {
+			se = rt.scene.RateMillis()
 		}
-		if ci >= 0 {
-			keys, ce = append(keys, s.capRateKey(escaped)), crate.RateMillis()
+		if rt.ci >= 0 {
+			ce = rt.caps.RateMillis()
 		}
 		pipe.Eval(ctx, forgetSource, keys, m, se, ce)
 	}
