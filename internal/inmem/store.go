@@ -211,7 +211,15 @@ func (s *Store) admit(now int64, r *gate.AdmitRequest) gate.AdmitResult {
 		res.Admitted, res.Duplicate = true, true
 		return res
 	}
-	sTAT, cTAT := s.tat(sk, now), s.tat(ck, now)
+	sRate, si := gate.RateLimit(r.Limits)
+	cRate, ci := gate.RateLimit(r.Caps)
+	sTAT, cTAT := now, now
+	if si >= 0 {
+		sTAT = s.tat(sk, now)
+	}
+	if ci >= 0 {
+		cTAT = s.tat(ck, now)
+	}
 	v := verdict{track: r.WantTightest}
 	v.check(scene, sTAT, now, r.Zone, gate.ScopeScene, r.Limits)
 	v.check(caps, cTAT, now, r.Zone, gate.ScopeRecipient, r.Caps)
@@ -228,8 +236,12 @@ func (s *Store) admit(now int64, r *gate.AdmitRequest) gate.AdmitResult {
 	if counted(r.Caps) {
 		s.record(ck, caps, entry{now, r.ID}, cMax, cUntil+expiryMargin)
 	}
-	s.advance(sk, sTAT, now, r.Limits)
-	s.advance(ck, cTAT, now, r.Caps)
+	if si >= 0 {
+		s.advance(sk, sTAT, now, sRate)
+	}
+	if ci >= 0 {
+		s.advance(ck, cTAT, now, cRate)
+	}
 	return res
 }
 
@@ -248,17 +260,18 @@ func (s *Store) tat(k windowKey, now int64) int64 {
 	return now
 }
 
-// advance records an admission in the rate limit among limits, whose TAT
-// at now is tat: one interval later, but never more than a burst ahead of
-// now, so that forced admissions hold the limit shut for one interval at
-// most, as a window keeps no more members than its largest max.
-func (s *Store) advance(k windowKey, tat, now int64, limits []gate.Limit) {
-	l, i := gate.RateLimit(limits)
-	if i < 0 {
-		return
-	}
+// advance records an admission in the rate limit l, whose TAT at now is
+// tat: one interval later, but never more than a burst ahead of now, so
+// that forced admissions hold the limit shut for one interval at most, as
+// a window keeps no more members than its largest max. A state kept under
+// k is updated in place.
+func (s *Store) advance(k windowKey, tat, now int64, l gate.Limit) {
 	every := l.RateMillis()
 	next := min(tat+every, now+int64(l.Max)*every)
+	if st := s.rates[k]; st != nil {
+		st.tat, st.expires = next, next+expiryMargin
+		return
+	}
 	s.rates[k] = &rateState{tat: next, expires: next + expiryMargin}
 }
 
