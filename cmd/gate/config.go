@@ -32,6 +32,7 @@ type config struct {
 	DataDir          string
 	HTTPAddr         string
 	HTTPAllowedHosts []string
+	PprofAddr        string
 	APIToken         string
 	Rules            string
 	RulesPoll        time.Duration
@@ -120,6 +121,7 @@ func settings(c *config) []setting {
 			c.HTTPAllowedHosts, err = parseHostList(v)
 			return err
 		}},
+		{"pprof-addr", "GATE_PPROF_ADDR", "", "loopback address (127.0.0.1:6060) to serve Go runtime profiles on, /debug/pprof/; empty: off", false, str(&c.PprofAddr)},
 		{"api-token", "GATE_API_TOKEN", "", "bearer token required on /v1/* (prefer the variable to the flag)", true, str(&c.APIToken)},
 		{"rules", "GATE_RULES", "./rules", "rule document: a YAML file or a folder of them", false, str(&c.Rules)},
 		{"rules-poll", "GATE_RULES_POLL", "1s", "how often the rules file or folder is checked for changes", false, dur(&c.RulesPoll)},
@@ -266,6 +268,9 @@ func (c *config) validate() error {
 	}
 	if c.MaxMessageBytes < 1024 {
 		errs = append(errs, "GATE_MAX_MESSAGE_BYTES must be at least 1024")
+	}
+	if c.PprofAddr != "" && !loopbackAddr(c.PprofAddr) {
+		errs = append(errs, fmt.Sprintf("GATE_PPROF_ADDR must be a loopback host:port such as 127.0.0.1:6060, got %q: profiles show the process's internals", c.PprofAddr))
 	}
 	errs = append(errs, c.subjectErrors()...)
 	if len(errs) > 0 {

@@ -148,3 +148,37 @@ func TestServeSubjectSettings(t *testing.T) {
 		t.Fatalf("gate started over GATE_REFUND on ops.refund with the default refund subject: %v, want a clear error", err)
 	}
 }
+
+// TestPprofSetting: runtime profiles are off by default and served only on
+// a loopback address; any other address is refused at start, naming the
+// setting.
+func TestPprofSetting(t *testing.T) {
+	for _, tt := range []struct {
+		addr, wantErr string
+	}{
+		{addr: ""},
+		{addr: "127.0.0.1:6060"},
+		{addr: "[::1]:6060"},
+		{addr: "localhost:0"},
+		{addr: ":6060", wantErr: "GATE_PPROF_ADDR must be a loopback host:port"},
+		{addr: "0.0.0.0:6060", wantErr: "GATE_PPROF_ADDR must be a loopback host:port"},
+		{addr: "10.1.2.3:6060", wantErr: "GATE_PPROF_ADDR must be a loopback host:port"},
+		{addr: "127.0.0.1", wantErr: "GATE_PPROF_ADDR must be a loopback host:port"},
+	} {
+		c, err := parseConfig(nil, func(k string) string {
+			if k == "GATE_PPROF_ADDR" {
+				return tt.addr
+			}
+			return ""
+		}, io.Discard)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%q: err = %v, want one containing %q", tt.addr, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || c.PprofAddr != tt.addr {
+			t.Errorf("%q: PprofAddr %q, err %v", tt.addr, c.PprofAddr, err)
+		}
+	}
+}

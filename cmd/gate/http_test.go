@@ -253,3 +253,33 @@ func TestServeMasksSecretsInError(t *testing.T) {
 		t.Errorf("the secret shows: error %q, log:\n%s", err, log.String())
 	}
 }
+
+// TestServePprof: with GATE_PPROF_ADDR the gate serves runtime profiles on
+// that address alone; the API's address does not serve them.
+func TestServePprof(t *testing.T) {
+	e := newEnv(t, stackEmbedded, checkRules)
+	addr := freeAddr(t)
+	g := e.start(map[string]string{"GATE_PPROF_ADDR": addr})
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("http://" + addr + "/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "goroutine profile:") {
+		t.Errorf("pprof goroutine profile: %d %.200q, want 200 and a goroutine profile", code, body)
+	}
+	if code, body := get("http://" + addr + "/debug/pprof/profile?seconds=1"); code != http.StatusOK || len(body) == 0 {
+		t.Errorf("pprof CPU profile: %d, %d bytes, want 200 and a profile", code, len(body))
+	}
+	if code, _ := get(g.base + "/debug/pprof/"); code == http.StatusOK {
+		t.Errorf("the API address serves /debug/pprof/ (%d), want only the pprof address", code)
+	}
+	if err := g.shutdown(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+}

@@ -166,6 +166,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		return err
 	}
 
+	pprofCtx, stopPprof := context.WithCancel(context.Background())
+	pprofDone, err := servePprof(pprofCtx, c.PprofAddr, log)
+	if err != nil {
+		stopPprof()
+		return err
+	}
+	defer func() { stopPprof(); pprofDone() }()
 	ln, err := net.Listen("tcp", c.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("http listen on %s: %w", c.HTTPAddr, err)
