@@ -114,9 +114,17 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 		res.expected = outcomes{forward: sim.got.forward, suppress: sim.got.suppress + sim.got.drop}
 	}
 
+	prof := r.prof
+	if work.deferred {
+		prof = nil // the suppressing gate's profile only
+	}
+	extra := r.cfg.gateEnv
+	if prof != nil {
+		extra = append(slices.Clip(extra), prof.env()...)
+	}
 	g, err := startGate(ctx, r.cfg.gateBin, r.dir, gateEnv{
 		natsURL: r.natsURL, redisURL: r.cfg.redisURL, databaseURL: dbURL,
-		rulesPath: rulesPath, dataDir: filepath.Join(r.dir, "gate-data"), extra: r.cfg.gateEnv,
+		rulesPath: rulesPath, dataDir: filepath.Join(r.dir, "gate-data"), extra: extra,
 	})
 	if err != nil {
 		return res, err
@@ -133,8 +141,13 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 	defer watch.close()
 	meter := r.meter(g.pid())
 
-	if _, err := measure(ctx, r.pub, "gate.in", watch, meter, work.warm, 0); err != nil {
+	warm, err := measure(ctx, r.pub, "gate.in", watch, meter, work.warm, 0)
+	if err != nil {
 		return res, fmt.Errorf("gate warm-up: %w", err)
+	}
+	profiled := func() error { return nil }
+	if prof != nil {
+		profiled = prof.start(ctx, len(work.full.data), warm.rate)
 	}
 	before, err := scrapeGate(g.url + "/metrics")
 	if err != nil {
@@ -148,6 +161,12 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 		return res, err
 	}
 	res.max.stages = afterMax.since(before)
+	if err := profiled(); err != nil {
+		return res, err
+	}
+	if prof != nil {
+		r.logf("run %s: CPU profile of the gate at full speed in %s (go tool pprof -top %s %s)", r.tag, prof.path, r.cfg.gateBin, prof.path)
+	}
 	if len(work.half.data) == 0 {
 		res.counted, err = countedOutcomes(ctx, dbURL)
 		return res, err

@@ -42,8 +42,9 @@ type config struct {
 	gateBin, natsBin                     string
 	gateEnv                              []string
 	keep                                 bool
-	headers                              bool // publish with the header fast path's headers
-	check                                bool // measure the check API instead (check.go)
+	headers                              bool   // publish with the header fast path's headers
+	check                                bool   // measure the check API instead (check.go)
+	profile                              string // where the first run's gate writes a CPU profile (profile.go)
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
@@ -85,6 +86,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.Float64Var(&c.secondRate, "second-rate", envFloat("GATE_BENCH_SECOND_RATE", 0), "the rate of the second phase, in messages per second; 0 means half the rate of the first (GATE_BENCH_SECOND_RATE). A fixed rate compares two gates at equal load")
 	fs.BoolVar(&c.headers, "headers", getenv("GATE_BENCH_HEADERS") == "1", "publish each envelope with the headers Nats-Msg-Id, Gate-Scene, Gate-Recipient, Gate-Priority, so the gate decides without decoding the body; by default bodies go alone, as the contract's producers send them (GATE_BENCH_HEADERS=1)")
 	fs.BoolVar(&c.keep, "keep", getenv("GATE_BENCH_KEEP") != "", "keep each run's folder: the logs of the gate and nats-server, and the stream store (GATE_BENCH_KEEP)")
+	fs.StringVar(&c.profile, "profile", env("GATE_BENCH_PROFILE", ""), "write a CPU profile of the first run's gate at full speed to this file, for go tool pprof (GATE_BENCH_PROFILE)")
 	fs.BoolVar(&c.check, "check", false, "measure the latency of POST /v1/check and gate.check instead, at 1,000 checks/s and at the highest rate sustained (make bench-check)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -148,7 +150,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		c.runs, c.n, msgSize, c.recipients, c.batch, c.mode(), machine())
 	var results []runResult
 	for i := range c.runs {
-		r := &runner{cfg: c, redis: rdb, redisPID: int(redisPID), log: stderr}
+		prof, err := newProfiler(c.profile, i)
+		if err != nil {
+			return err
+		}
+		r := &runner{cfg: c, redis: rdb, redisPID: int(redisPID), log: stderr, prof: prof}
 		res, err := r.run(ctx)
 		if err != nil {
 			return fmt.Errorf("run %d: %w", i+1, err)
@@ -179,6 +185,7 @@ type runner struct {
 	nc       *nats.Conn // the publisher's and the ack watcher's
 	pub      *publisher
 	log      io.Writer
+	prof     *profiler // nil: no profile this run
 }
 
 func (r *runner) logf(format string, args ...any) {
