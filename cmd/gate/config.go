@@ -149,7 +149,7 @@ func settings(c *config) []setting {
 		{"retry-max", "GATE_RETRY_MAX", "30s", "longest delay before a message that met a transient failure is retried", false, dur(&c.RetryMax)},
 		{"redact-payload", "GATE_REDACT_PAYLOAD", "false", "leave the payload out of suppression rows", false, boolean(&c.RedactPayload)},
 		{"preview-max-decisions", "GATE_PREVIEW_MAX_DECISIONS", "2000000", "most ledger rows one rule preview replays (POST /v1/rules/preview); a preview that reaches it says so", false, num(&c.PreviewMax)},
-		{"preferences-cache", "GATE_PREFERENCES_CACHE", "100000", "most recipients whose preferences (or lack of them) each gate keeps in memory; a change reaches every gate within about a second whatever the size", false, func(v string) error {
+		{"preferences-cache", "GATE_PREFERENCES_CACHE", "100000", "most preference rows each gate mirrors whole (then no lookups), else the most recipients whose preferences (or lack of them) it keeps in memory; a change reaches every gate within about a second whatever the size", false, func(v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
 				return fmt.Errorf("want a whole number from 1, got %q", v)

@@ -34,6 +34,12 @@ type Options struct {
 	// Size bounds the recipients remembered, with or without preferences;
 	// DefaultSize when 0.
 	Size int
+	// Mirror is the most preferences (rows of the store, deleted ones
+	// too) the cache holds whole: then every recipient's preferences are
+	// in memory, and one missing has none, so no lookup reaches the store.
+	// With more, the cache is an LRU of Size recipients. Size when 0;
+	// negative: never mirror.
+	Mirror int
 	// Poll is how often the store's changes are read; DefaultPoll when 0.
 	Poll time.Duration
 	// Margin: see DefaultMargin; DefaultMargin when 0.
@@ -66,6 +72,12 @@ type Cache struct {
 	// failing is when polls began to fail (zero while they succeed);
 	// logged, when one was last logged.
 	failing, logged time.Time
+	// mirror, while mirrored, is every recipient's preferences (see
+	// Options.Mirror); mirrorTried is when a read of them last found too
+	// many or failed.
+	mirror      map[string]gate.Preferences
+	mirrored    bool
+	mirrorTried time.Time
 }
 
 var _ gate.PreferenceStore = (*Cache)(nil)
@@ -81,6 +93,9 @@ func New(store gate.PreferenceStore, o Options) *Cache {
 	}
 	if o.Margin <= 0 {
 		o.Margin = DefaultMargin
+	}
+	if o.Mirror == 0 {
+		o.Mirror = o.Size
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -133,10 +148,32 @@ func (c *Cache) Poll(ctx context.Context) error {
 	if c.synced {
 		since = c.cursor.Add(-c.o.Margin)
 	}
+	mirrored := c.mirrored
+	remirror := !mirrored && c.o.Mirror > 0 && (!c.synced || time.Since(c.mirrorTried) >= remirrorEvery)
 	c.mu.Unlock()
+	if remirror {
+		err := c.loadMirror(ctx)
+		if !errors.Is(err, errTooMany) {
+			return err
+		}
+		return nil // synced as an LRU
+	}
 	changes, now, err := c.store.PreferenceChanges(ctx, since, pollPage)
 	if err != nil {
 		return err
+	}
+	var found map[string]gate.Preferences
+	if mirrored && len(changes) > 0 && len(changes) < pollPage {
+		// The mirror takes the changed recipients' preferences as they
+		// are now; on failure the cursor stays, and the next poll reads
+		// the same changes again.
+		recipients := make([]string, len(changes))
+		for i, ch := range changes {
+			recipients[i] = ch.Recipient
+		}
+		if found, err = c.store.Preferences(ctx, recipients); err != nil {
+			return err
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -149,7 +186,12 @@ func (c *Cache) Poll(ctx context.Context) error {
 		c.gen++
 		c.lru.clear()
 		c.cursor = now
+		// A burst of changes is read whole again by the next poll.
+		c.mirror, c.mirrored, c.mirrorTried = nil, false, time.Time{}
 	case len(changes) > 0:
+		if c.mirrored && found != nil {
+			c.applyMirror(changes, found)
+		}
 		c.gen++
 		for _, ch := range changes {
 			c.lru.remove(ch.Recipient)
@@ -174,6 +216,15 @@ func (c *Cache) Preferences(ctx context.Context, recipients []string) (map[strin
 	out := make(map[string]gate.Preferences)
 	var miss []string
 	c.mu.Lock()
+	if c.mirrored {
+		for _, r := range recipients {
+			if p, ok := c.mirror[r]; ok {
+				out[r] = p
+			}
+		}
+		c.mu.Unlock()
+		return out, nil
+	}
 	gen, synced := c.gen, c.synced
 	for _, r := range recipients {
 		p, ok := c.lru.get(r)
@@ -219,6 +270,11 @@ func (c *Cache) Preferences(ctx context.Context, recipients []string) (map[strin
 func (c *Cache) PutPreferences(ctx context.Context, p gate.Preferences) (gate.Preferences, error) {
 	stored, err := c.store.PutPreferences(ctx, p)
 	c.drop(p.Recipient)
+	if err == nil {
+		c.mu.Lock()
+		c.mirrorWrite(p.Recipient, &stored)
+		c.mu.Unlock()
+	}
 	return stored, err
 }
 
@@ -226,6 +282,11 @@ func (c *Cache) PutPreferences(ctx context.Context, p gate.Preferences) (gate.Pr
 func (c *Cache) DeletePreferences(ctx context.Context, recipient string) error {
 	err := c.store.DeletePreferences(ctx, recipient)
 	c.drop(recipient)
+	if err == nil {
+		c.mu.Lock()
+		c.mirrorWrite(recipient, nil)
+		c.mu.Unlock()
+	}
 	return err
 }
 

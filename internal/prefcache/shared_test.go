@@ -15,22 +15,38 @@ import (
 // TestCacheSeesOtherGates writes through one store handle (another gate)
 // and polls until the cache in front of a second handle sees it: one
 // poll's work, asserted with a generous deadline, never a timing.
+// Each runs the cache mirroring the store whole (the default, for a store
+// of few preferences) and as an LRU.
 func TestCacheSeesOtherGatesSQLite(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "gate.db")
-	testSeesOtherGates(t, gormstore.Options{SQLitePath: path}, gormstore.Options{SQLitePath: path})
+	for name, mirror := range map[string]int{"mirror": 0, "lru": -1} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "gate.db")
+			testSeesOtherGates(t, gormstore.Options{SQLitePath: path}, gormstore.Options{SQLitePath: path}, mirror)
+		})
+	}
 }
 
 func TestCacheSeesOtherGatesPostgres(t *testing.T) {
-	url := testenv.PostgresSchemaURL(t)
-	testSeesOtherGates(t, gormstore.Options{DatabaseURL: url}, gormstore.Options{DatabaseURL: url})
+	for name, mirror := range map[string]int{"mirror": 0, "lru": -1} {
+		t.Run(name, func(t *testing.T) {
+			url := testenv.PostgresSchemaURL(t)
+			testSeesOtherGates(t, gormstore.Options{DatabaseURL: url}, gormstore.Options{DatabaseURL: url}, mirror)
+		})
+	}
 }
 
-func testSeesOtherGates(t *testing.T, one, two gormstore.Options) {
+func testSeesOtherGates(t *testing.T, one, two gormstore.Options, mirror int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	writer := mustOpen(t, one)
 	reader := mustOpen(t, two)
-	c := prefcache.New(reader, prefcache.Options{Poll: 50 * time.Millisecond})
+	// A recipient with preferences before the cache starts: a mirror reads
+	// it with the rest.
+	const early = "open_id:ou_early"
+	if _, err := writer.PutPreferences(ctx, gate.Preferences{Recipient: early, DigestScenes: []string{"s"}}); err != nil {
+		t.Fatal(err)
+	}
+	c := prefcache.New(reader, prefcache.Options{Poll: 50 * time.Millisecond, Mirror: mirror})
 	if err := c.Poll(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -39,8 +55,8 @@ func testSeesOtherGates(t *testing.T, one, two gormstore.Options) {
 	defer func() { cancel(); <-done }()
 
 	const r = "open_id:ou_other"
-	if got, err := c.Preferences(ctx, []string{r}); err != nil || len(got) != 0 {
-		t.Fatalf("before: %v, %v; want none (cached as none)", got, err)
+	if got, err := c.Preferences(ctx, []string{r, early}); err != nil || len(got) != 1 || !ptr(got[early]).DigestOnly("s") {
+		t.Fatalf("before: %v, %v; want the early recipient's alone (the other cached as none)", got, err)
 	}
 	if _, err := writer.PutPreferences(ctx, gate.Preferences{Recipient: r, MutedScenes: []string{gate.MuteAll}}); err != nil {
 		t.Fatal(err)
