@@ -45,6 +45,7 @@ type config struct {
 	headers                              bool   // publish with the header fast path's headers
 	check                                bool   // measure the check API instead (check.go)
 	profile                              string // where the first run's gate writes a CPU profile (profile.go)
+	moreGateEnv                          string // -gate-env: more KEY=VALUE settings of the gate alone
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
@@ -86,7 +87,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.Float64Var(&c.secondRate, "second-rate", envFloat("GATE_BENCH_SECOND_RATE", 0), "the rate of the second phase, in messages per second; 0 means half the rate of the first (GATE_BENCH_SECOND_RATE). A fixed rate compares two gates at equal load")
 	fs.BoolVar(&c.headers, "headers", getenv("GATE_BENCH_HEADERS") == "1", "publish each envelope with the headers Nats-Msg-Id, Gate-Scene, Gate-Recipient, Gate-Priority, so the gate decides without decoding the body; by default bodies go alone, as the contract's producers send them (GATE_BENCH_HEADERS=1)")
 	fs.BoolVar(&c.keep, "keep", getenv("GATE_BENCH_KEEP") != "", "keep each run's folder: the logs of the gate and nats-server, and the stream store (GATE_BENCH_KEEP)")
-	fs.StringVar(&c.profile, "profile", env("GATE_BENCH_PROFILE", ""), "write a CPU profile of the first run's gate at full speed to this file, for go tool pprof (GATE_BENCH_PROFILE)")
+	fs.StringVar(&c.profile, "profile", env("GATE_BENCH_PROFILE", ""), "write CPU profiles of the first run's gate at full speed, one per second, to FILE.1, FILE.2, ...: go tool pprof -top bin/gate FILE.* (GATE_BENCH_PROFILE)")
+	fs.StringVar(&c.moreGateEnv, "gate-env", env("GATE_BENCH_GATE_ENV", ""), "more settings of the gate process alone, comma-separated KEY=VALUE (GOGC=200,GATE_BATCH=128), to compare two settings run after run (GATE_BENCH_GATE_ENV)")
 	fs.BoolVar(&c.check, "check", false, "measure the latency of POST /v1/check and gate.check instead, at 1,000 checks/s and at the highest rate sustained (make bench-check)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -106,11 +108,21 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 			problems = append(problems, fmt.Sprintf("%s: %v (make bench builds it)", bin, err))
 		}
 	}
+	// The gate under test gets the same batch and in-flight bound.
+	c.gateEnv = []string{"GATE_BATCH=" + strconv.Itoa(c.batch), "GATE_MAX_ACK_PENDING=" + strconv.Itoa(c.maxAckPending)}
+	for kv := range strings.SplitSeq(c.moreGateEnv, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			problems = append(problems, fmt.Sprintf("-gate-env: want KEY=VALUE, got %q", kv))
+			continue
+		}
+		c.gateEnv = append(c.gateEnv, kv)
+	}
 	if len(problems) > 0 {
 		return nil, errors.New(strings.Join(problems, "; "))
 	}
-	// The gate under test gets the same batch and in-flight bound.
-	c.gateEnv = []string{"GATE_BATCH=" + strconv.Itoa(c.batch), "GATE_MAX_ACK_PENDING=" + strconv.Itoa(c.maxAckPending)}
 	return c, nil
 }
 
