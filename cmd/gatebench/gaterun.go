@@ -141,13 +141,12 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 	defer watch.close()
 	meter := r.meter(g.pid())
 
-	warm, err := measure(ctx, r.pub, "gate.in", watch, meter, work.warm, 0)
-	if err != nil {
+	if _, err := measure(ctx, r.pub, "gate.in", watch, meter, work.warm, 0); err != nil {
 		return res, fmt.Errorf("gate warm-up: %w", err)
 	}
-	profiled := func() error { return nil }
+	stopProfile := func() ([]string, error) { return nil, nil }
 	if prof != nil {
-		profiled = prof.start(ctx, len(work.full.data), warm.rate)
+		stopProfile = prof.start(ctx)
 	}
 	before, err := scrapeGate(g.url + "/metrics")
 	if err != nil {
@@ -161,11 +160,10 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 		return res, err
 	}
 	res.max.stages = afterMax.since(before)
-	if err := profiled(); err != nil {
+	if files, err := stopProfile(); err != nil {
 		return res, err
-	}
-	if prof != nil {
-		r.logf("run %s: CPU profile of the gate at full speed in %s (go tool pprof -top %s %s)", r.tag, prof.path, r.cfg.gateBin, prof.path)
+	} else if len(files) > 0 {
+		r.logf("run %s: CPU profile of the gate at full speed in %d files: go tool pprof -top %s %s.*", r.tag, len(files), r.cfg.gateBin, prof.path)
 	}
 	if len(work.half.data) == 0 {
 		res.counted, err = countedOutcomes(ctx, dbURL)
