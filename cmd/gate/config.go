@@ -45,6 +45,7 @@ type config struct {
 	RefundSubject    string
 	MaxMessageBytes  int
 	Batch            int
+	BatchWait        time.Duration
 	StoreTimeout     time.Duration
 	AckWait          time.Duration
 	MaxAckPending    int
@@ -135,6 +136,7 @@ func settings(c *config) []setting {
 		{"refund-subject", "GATE_REFUND_SUBJECT", "gate.refund", "subject senders publish refunds to (captured by the GATE_REFUND stream)", false, str(&c.RefundSubject)},
 		{"max-message-bytes", "GATE_MAX_MESSAGE_BYTES", "262144", "largest envelope decided; larger ones go to the dead letter", false, num(&c.MaxMessageBytes)},
 		{"batch", "GATE_BATCH", "256", "most messages decided together", false, num(&c.Batch)},
+		{"batch-wait", "GATE_BATCH_WAIT", "0s", "how long a batch that is not full waits for more messages (0: a batch is what has arrived); up to 100ms", false, dur(&c.BatchWait)},
 		{"store-timeout", "GATE_STORE_TIMEOUT", "200ms", "longest wait for the window store on one batch", false, dur(&c.StoreTimeout)},
 		{"ack-wait", "GATE_ACK_WAIT", "5s", "JetStream AckWait of the gate consumer: how soon the messages of a gate that died go to another; a slow batch keeps its own with heartbeats, for up to 3 times this", false, dur(&c.AckWait)},
 		{"max-ack-pending", "GATE_MAX_ACK_PENDING", "1000", "JetStream MaxAckPending of the gate consumer", false, num(&c.MaxAckPending)},
@@ -256,6 +258,9 @@ func (c *config) validate() error {
 	}
 	if c.Batch < 1 || c.Batch > 4096 {
 		errs = append(errs, fmt.Sprintf("GATE_BATCH must be from 1 to 4096, got %d", c.Batch))
+	}
+	if c.BatchWait < 0 || c.BatchWait > 100*time.Millisecond {
+		errs = append(errs, fmt.Sprintf("GATE_BATCH_WAIT must be from 0 to 100ms, got %s", c.BatchWait))
 	}
 	if c.StoreTimeout <= 0 || c.AckWait <= 0 || c.RulesPoll <= 0 {
 		errs = append(errs, "GATE_STORE_TIMEOUT, GATE_ACK_WAIT and GATE_RULES_POLL must be positive")

@@ -182,3 +182,34 @@ func TestPprofSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchWaitSetting: GATE_BATCH_WAIT is off by default and bounded.
+func TestBatchWaitSetting(t *testing.T) {
+	for _, tt := range []struct {
+		v       string
+		want    time.Duration
+		wantErr string
+	}{
+		{v: "", want: 0},
+		{v: "2ms", want: 2 * time.Millisecond},
+		{v: "100ms", want: 100 * time.Millisecond},
+		{v: "101ms", wantErr: "GATE_BATCH_WAIT must be from 0 to 100ms"},
+		{v: "-1ms", wantErr: "want a duration such as 200ms or 30s"},
+	} {
+		c, err := parseConfig(nil, func(k string) string {
+			if k == "GATE_BATCH_WAIT" {
+				return tt.v
+			}
+			return ""
+		}, io.Discard)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%q: err = %v, want one containing %q", tt.v, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || c.BatchWait != tt.want {
+			t.Errorf("%q: BatchWait %s, err %v; want %s", tt.v, c.BatchWait, err, tt.want)
+		}
+	}
+}

@@ -202,7 +202,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	consumeErr := make(chan error, 1)
 	wg.Go(func() {
 		consumeErr <- bus.ConsumeStaged(consumeCtx, p.Start, natsbus.ConsumeOptions{
-			Batch: c.Batch, RetryMax: c.RetryMax, Metrics: m,
+			Batch: c.Batch, BatchWait: c.BatchWait, RetryMax: c.RetryMax, Metrics: m,
 		})
 	})
 	httpErr := make(chan error, 1)

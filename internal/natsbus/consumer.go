@@ -18,6 +18,11 @@ import (
 type ConsumeOptions struct {
 	// Batch is the most messages decided together (256).
 	Batch int
+	// BatchWait is how long a batch that is not full waits for more
+	// messages before it is decided (0: a batch is what has arrived, and
+	// waits for nothing). Fewer, fuller batches share each store call's
+	// fixed cost; each message waits up to BatchWait longer.
+	BatchWait time.Duration
 	// HandleTimeout bounds one batch's handling (3×AckWait). While a
 	// batch is in hand its messages are kept from redelivery by a
 	// heartbeat (InProgress) every AckWait/3, up to HandleTimeout: a batch
@@ -173,22 +178,44 @@ func (b *Bus) consume(ctx context.Context, cons jetstream.Consumer, start gate.B
 				return false, nil
 			}
 		}
-		batch := make([]jetstream.Msg, 1, o.Batch)
-		batch[0] = m
-	fill:
-		for len(batch) < o.Batch {
-			select {
-			case m, ok := <-msgs:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, m)
-			default:
-				break fill
-			}
-		}
+		batch := fill(m, msgs, o.Batch, o.BatchWait)
 		b.handle(batch, start, &starting, o, &inFlight, slots)
 	}
+}
+
+// fill makes a batch of first and what msgs holds, up to size: what has
+// arrived, and with wait > 0 what arrives within wait of now too.
+func fill(first jetstream.Msg, msgs <-chan jetstream.Msg, size int, wait time.Duration) []jetstream.Msg {
+	batch := make([]jetstream.Msg, 1, size)
+	batch[0] = first
+	var linger <-chan time.Time
+	for len(batch) < size {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, m)
+			continue
+		default:
+		}
+		if wait <= 0 {
+			return batch
+		}
+		if linger == nil {
+			linger = time.After(wait)
+		}
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, m)
+		case <-linger:
+			return batch
+		}
+	}
+	return batch
 }
 
 // handle starts a batch and settles it once finished: at once with one
