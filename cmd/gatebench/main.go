@@ -44,6 +44,7 @@ type config struct {
 	keep                                 bool
 	headers                              bool   // publish with the header fast path's headers
 	check                                bool   // measure the check API instead (check.go)
+	forward                              bool   // measure nats-server's cost of the forward instead (forward.go)
 	profile                              string // where the first run's gate writes a CPU profile (profile.go)
 	moreGateEnv                          string // -gate-env: more KEY=VALUE settings of the gate alone
 }
@@ -89,6 +90,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.BoolVar(&c.keep, "keep", getenv("GATE_BENCH_KEEP") != "", "keep each run's folder: the logs of the gate and nats-server, and the stream store (GATE_BENCH_KEEP)")
 	fs.StringVar(&c.profile, "profile", env("GATE_BENCH_PROFILE", ""), "write CPU profiles of the first run's gate at full speed, one per second, to FILE.1, FILE.2, ...: go tool pprof -top bin/gate FILE.* (GATE_BENCH_PROFILE)")
 	fs.StringVar(&c.moreGateEnv, "gate-env", env("GATE_BENCH_GATE_ENV", ""), "more settings of the gate process alone, comma-separated KEY=VALUE (GOGC=200,GATE_BATCH=128), to compare two settings run after run (GATE_BENCH_GATE_ENV)")
+	fs.BoolVar(&c.forward, "forward", false, "measure nats-server's CPU per forwarded message instead: GATE_OUT's writes with and without de-duplication, PubAcks and atomic batches, and the duplicate window's memory (needs only -nats-bin)")
 	fs.BoolVar(&c.check, "check", false, "measure the latency of POST /v1/check and gate.check instead, at 1,000 checks/s and at the highest rate sustained (make bench-check)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -97,14 +99,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		c.recipients = min(max(c.n/2, 1), 100_000)
 	}
 	var problems []string
-	if c.databaseURL == "" {
+	if c.databaseURL == "" && !c.forward {
 		problems = append(problems, "set GATE_BENCH_DATABASE_URL or GATE_TEST_DATABASE_URL (make bench does)")
 	}
 	if c.n < 1000 || c.runs < 1 || c.recipients < 1 || c.seedN < 1 || c.memPairs < 1 || c.batch < 1 || c.workers < 1 {
 		problems = append(problems, "n must be at least 1000, and runs, recipients, seed-n, mem-pairs, batch and workers at least 1")
 	}
 	for _, bin := range []string{c.gateBin, c.natsBin} {
-		if _, err := os.Stat(bin); err != nil {
+		if _, err := os.Stat(bin); err != nil && (bin == c.natsBin || !c.forward) {
 			problems = append(problems, fmt.Sprintf("%s: %v (make bench builds it)", bin, err))
 		}
 	}
@@ -148,6 +150,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if c.check {
 		return runCheckBench(ctx, c, stdout, stderr)
+	}
+	if c.forward {
+		return runForwardBench(ctx, c, stdout, stderr)
 	}
 	rdb, err := newRedis(c.redisURL)
 	if err != nil {

@@ -1,0 +1,527 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/procstat"
+)
+
+// The forward benchmark (gatebench -forward) measures what nats-server
+// spends per message on the gate's forward: the second stream write of each
+// admitted message, to GATE_OUT, which in `make bench` costs nats-server
+// about 10 us per message over the JetStream consume+ack ceiling. Each
+// variant writes the workload's 1 KB messages to a fresh file stream
+// configured like GATE_OUT, in chunks of the gate's batch size, waiting for
+// each chunk's acks before the next as natsbus.Bus.Forward does; the
+// variants run interleaved, round after round, in one nats-server process,
+// so that what other engineers run on the machine spreads over all of them.
+
+// forwardRounds and forwardN are the rounds of every variant and the
+// messages each round publishes.
+const (
+	forwardRounds = 5
+	forwardN      = 100_000
+)
+
+// forwardIDs is how many distinct message ids the memory figure tracks.
+const forwardIDs = 1_000_000
+
+// Names of the stream and subject each variant writes; the stream is
+// created anew for every variant and round.
+const (
+	forwardStream  = "FWD_OUT"
+	forwardSubject = "fwd.out"
+)
+
+// forwardVariant is one way to write the forward.
+type forwardVariant struct {
+	name, what string
+	msgID      bool          // each message carries Nats-Msg-Id
+	window     time.Duration // the stream's duplicate window
+	// publish sends one chunk and waits until the stream stored all of it.
+	publish func(ctx context.Context, fb *forwardBench, chunk []*nats.Msg) error
+	atomic  bool // the stream allows atomic batch publish
+}
+
+// forwardVariants are the variants, in the order tables print them; the
+// first is what the gate does, and ratios are to it.
+var forwardVariants = []forwardVariant{
+	{name: "dedup-2h", what: "async publish + Nats-Msg-Id, Duplicates 2h (the gate today)", msgID: true, window: 2 * time.Hour, publish: publishAsync},
+	{name: "no-msg-id", what: "async publish, no Nats-Msg-Id (no de-duplication)", window: 2 * time.Hour, publish: publishAsync},
+	{name: "dedup-2m", what: "async publish + Nats-Msg-Id, Duplicates 2m", msgID: true, window: 2 * time.Minute, publish: publishAsync},
+	{name: "ack-per-chunk", what: "as dedup-2h, but only a chunk's last message asks for a PubAck", msgID: true, window: 2 * time.Hour, publish: publishLastAcked},
+	{name: "atomic", what: "atomic batch of the chunk + Nats-Msg-Id, Duplicates 2h: one ack per batch", msgID: true, window: 2 * time.Hour, publish: publishAtomic, atomic: true},
+	{name: "atomic-no-id", what: "atomic batch of the chunk, no Nats-Msg-Id", window: 2 * time.Hour, publish: publishAtomic, atomic: true},
+}
+
+// forwardBench is the run's connection to its nats-server.
+type forwardBench struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	natsPID int
+}
+
+// runForwardBench starts nats-server and measures every variant, then the
+// duplicate window's memory, and checks how de-duplication behaves inside
+// an atomic batch.
+func runForwardBench(ctx context.Context, c *config, stdout, stderr io.Writer) error {
+	dir, err := os.MkdirTemp("", "gatebench-forward-")
+	if err != nil {
+		return fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	ns, natsURL, err := startNATS(ctx, c.natsBin, dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ns.stop() }()
+	nc, err := nats.Connect(natsURL, nats.Name("gatebench-forward"))
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	defer nc.Close()
+	// The same async window as natsbus.New gives the gate.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	fb := &forwardBench{nc: nc, js: js, natsPID: ns.pid()}
+
+	w := newWorkload(1, "fwd", 50_000)
+	fmt.Fprintf(stdout, "gatebench -forward: %d rounds of %d messages (%d bytes) per variant, in chunks of %d; %s\n",
+		forwardRounds, forwardN, msgSize, c.batch, machine())
+	cpu := map[string][]float64{} // variant -> nats-server us per message, per round
+	pub := map[string][]float64{} // variant -> this process's us per message
+	for round := range forwardRounds {
+		// Each round starts at another variant, so none always runs first.
+		for k := range forwardVariants {
+			v := forwardVariants[(round+k)%len(forwardVariants)]
+			msgs := forwardMsgs(w.batchOf(forwardN), v.msgID)
+			natsUS, selfUS, err := fb.measure(ctx, v, msgs, c.batch)
+			if err != nil {
+				return fmt.Errorf("round %d, %s: %w", round+1, v.name, err)
+			}
+			cpu[v.name] = append(cpu[v.name], natsUS)
+			pub[v.name] = append(pub[v.name], selfUS)
+			fmt.Fprintf(stderr, "gatebench: round %d %-13s nats %.1f us/msg, publisher %.1f us/msg\n", round+1, v.name, natsUS, selfUS)
+		}
+	}
+	base := medianOf(cpu[forwardVariants[0].name])
+	fmt.Fprintf(stdout, "\n%-14s %12s %8s %12s  %s\n", "variant", "nats us/msg", "ratio", "pub us/msg", "what")
+	bench := []string{"BENCH_FORWARD"}
+	for _, v := range forwardVariants {
+		m := medianOf(cpu[v.name])
+		fmt.Fprintf(stdout, "%-14s %12.1f %8.2f %12.1f  %s\n", v.name, m, m/base, medianOf(pub[v.name]), v.what)
+		bench = append(bench, fmt.Sprintf("%s_nats_us=%.1f", strings.ReplaceAll(v.name, "-", "_"), m))
+	}
+	fmt.Fprintf(stdout, "(medians of %d interleaved rounds; ratio to %s)\n", forwardRounds, forwardVariants[0].name)
+
+	dedup, err := fb.atomicDedup(ctx)
+	if err != nil {
+		return fmt.Errorf("de-duplication in atomic batches: %w", err)
+	}
+	fmt.Fprintf(stdout, "\nde-duplication inside atomic batches: %s\n", dedup)
+
+	// The memory figure runs on a server of its own, so that what the
+	// variants left in the heap does not blur it.
+	mem, err := duplicateWindowMemory(ctx, c.natsBin, forwardIDs, stderr)
+	if err != nil {
+		return fmt.Errorf("duplicate window memory: %w", err)
+	}
+	fmt.Fprintf(stdout, "\nduplicate window memory: %d tracked ids grow nats-server's RSS by %.0f MiB over the same messages without ids: %.0f bytes per id\n",
+		forwardIDs, float64(mem.withIDs-mem.withoutIDs)/(1<<20), mem.perID())
+	for _, rate := range []float64{1000, 10_000} {
+		fmt.Fprintf(stdout, "  a 2 h window at %.0f forwards/s holds %.1f M ids: about %.1f GiB\n",
+			rate, rate*7200/1e6, rate*7200*mem.perID()/(1<<30))
+	}
+	bench = append(bench, fmt.Sprintf("dup_window_bytes_per_id=%.0f rounds=%d n=%d batch=%d", mem.perID(), forwardRounds, forwardN, c.batch))
+	fmt.Fprintln(stdout, strings.Join(bench, " "))
+	return nil
+}
+
+// forwardMsgs turns generated envelopes into forwards as natsbus.Bus.Forward
+// builds them: the body, Gate-Scene, Gate-Decision and the rules version,
+// and the message id when msgID is set.
+func forwardMsgs(m messages, msgID bool) []*nats.Msg {
+	out := make([]*nats.Msg, len(m.data))
+	for i, d := range m.data {
+		msg := nats.NewMsg(forwardSubject)
+		msg.Data = d
+		if msgID {
+			msg.Header.Set(jetstream.MsgIDHeader, m.envs[i].id)
+		}
+		msg.Header.Set("Gate-Scene", m.envs[i].scene)
+		msg.Header.Set("Gate-Decision", string(gate.OutcomeForward))
+		msg.Header.Set("Gate-Rules-Version", "3f2a9c1e")
+		out[i] = msg
+	}
+	return out
+}
+
+// measure writes msgs to a fresh stream the variant's way and returns the
+// CPU microseconds per message of nats-server and of this process.
+func (fb *forwardBench) measure(ctx context.Context, v forwardVariant, msgs []*nats.Msg, chunk int) (natsUS, selfUS float64, err error) {
+	cfg := jetstream.StreamConfig{
+		Name: forwardStream, Subjects: []string{forwardSubject}, Storage: jetstream.FileStorage,
+		Retention: jetstream.LimitsPolicy, MaxAge: 72 * time.Hour, Duplicates: v.window,
+		AllowAtomicPublish: v.atomic,
+	}
+	s, err := fb.js.CreateStream(ctx, cfg)
+	if err != nil {
+		return 0, 0, fmt.Errorf("create stream: %w", err)
+	}
+	defer func() {
+		_ = fb.js.DeleteStream(context.Background(), forwardStream)
+		// Let the deletion's file work end before the next variant's meter.
+		time.Sleep(300 * time.Millisecond)
+	}()
+	self := os.Getpid()
+	natsBefore, selfBefore := procstat.CPU(fb.natsPID), procstat.CPU(self)
+	for lo := 0; lo < len(msgs); lo += chunk {
+		if err := v.publish(ctx, fb, msgs[lo:min(lo+chunk, len(msgs))]); err != nil {
+			return 0, 0, fmt.Errorf("chunk at %d: %w", lo, err)
+		}
+	}
+	// The file store writes its buffers out behind the acks; give it the
+	// moment it takes, inside the measurement.
+	time.Sleep(200 * time.Millisecond)
+	natsAfter, selfAfter := procstat.CPU(fb.natsPID), procstat.CPU(self)
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("stream info: %w", err)
+	}
+	if info.State.Msgs != uint64(len(msgs)) {
+		return 0, 0, fmt.Errorf("the stream holds %d messages, want %d", info.State.Msgs, len(msgs))
+	}
+	n := float64(len(msgs))
+	return float64(natsAfter-natsBefore) / float64(time.Microsecond) / n,
+		float64(selfAfter-selfBefore) / float64(time.Microsecond) / n, nil
+}
+
+// publishAsync is natsbus.Bus.Forward: every message published async, then
+// every PubAck awaited.
+func publishAsync(ctx context.Context, fb *forwardBench, chunk []*nats.Msg) error {
+	futs := make([]jetstream.PubAckFuture, len(chunk))
+	for i, m := range chunk {
+		fut, err := fb.js.PublishMsgAsync(m)
+		if err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+		futs[i] = fut
+	}
+	for _, fut := range futs {
+		select {
+		case <-fut.Ok():
+		case err := <-fut.Err():
+			return fmt.Errorf("pub ack: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// publishLastAcked publishes all but the chunk's last message as core NATS
+// messages without a reply subject, which the stream stores without
+// answering, and the last with one: its PubAck comes after the others are
+// stored, since one connection's messages reach the stream in order. It
+// prices the PubAcks, not a safe protocol: a core message the stream
+// refuses is lost without a word.
+func publishLastAcked(ctx context.Context, fb *forwardBench, chunk []*nats.Msg) error {
+	last := len(chunk) - 1
+	for _, m := range chunk[:last] {
+		if err := fb.nc.PublishMsg(m); err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+	}
+	if _, err := fb.js.PublishMsg(ctx, chunk[last]); err != nil {
+		return fmt.Errorf("publish last: %w", err)
+	}
+	return nil
+}
+
+// Headers of an atomic batch publish (ADR-50, nats-server 2.12 and later).
+const (
+	batchIDHeader     = "Nats-Batch-Id"
+	batchSeqHeader    = "Nats-Batch-Sequence"
+	batchCommitHeader = "Nats-Batch-Commit"
+)
+
+// publishAtomic publishes the chunk as one atomic batch: the messages go
+// with Nats-Batch-Id and Nats-Batch-Sequence and no reply subject, the last
+// also with Nats-Batch-Commit as a request, whose answer is the batch's one
+// PubAck. The stream stores all of the batch or none of it.
+func publishAtomic(ctx context.Context, fb *forwardBench, chunk []*nats.Msg) error {
+	ack, err := fb.atomicBatch(ctx, chunk)
+	if err != nil {
+		return err
+	}
+	if ack.Error != nil {
+		return fmt.Errorf("batch refused: %s (err_code %d)", ack.Error.Description, ack.Error.ErrCode)
+	}
+	if ack.Count != len(chunk) {
+		return fmt.Errorf("batch committed %d messages, want %d", ack.Count, len(chunk))
+	}
+	return nil
+}
+
+// batchAck is a commit's answer: a PubAck with the batch's id and size, or
+// an error.
+type batchAck struct {
+	Stream string `json:"stream"`
+	Seq    uint64 `json:"seq"`
+	Batch  string `json:"batch"`
+	Count  int    `json:"count"`
+	Error  *struct {
+		Code        int    `json:"code"`
+		ErrCode     int    `json:"err_code"`
+		Description string `json:"description"`
+	} `json:"error"`
+}
+
+// atomicBatch sends chunk as one atomic batch and returns the commit's
+// answer. The messages' own headers are kept; the batch headers are added
+// to copies.
+func (fb *forwardBench) atomicBatch(ctx context.Context, chunk []*nats.Msg) (batchAck, error) {
+	id := nuid.Next()
+	last := len(chunk) - 1
+	for i, m := range chunk {
+		b := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header{}}
+		for k, vs := range m.Header {
+			b.Header[k] = vs
+		}
+		b.Header.Set(batchIDHeader, id)
+		b.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
+		if i < last {
+			if err := fb.nc.PublishMsg(b); err != nil {
+				return batchAck{}, fmt.Errorf("publish: %w", err)
+			}
+			continue
+		}
+		b.Header.Set(batchCommitHeader, "1")
+		reply, err := fb.nc.RequestMsgWithContext(ctx, b)
+		if err != nil {
+			return batchAck{}, fmt.Errorf("commit: %w", err)
+		}
+		var ack batchAck
+		if err := json.Unmarshal(reply.Data, &ack); err != nil {
+			return batchAck{}, fmt.Errorf("commit answer %q: %w", reply.Data, err)
+		}
+		return ack, nil
+	}
+	return batchAck{}, errors.New("empty batch")
+}
+
+// atomicDedup checks what a repeated Nats-Msg-Id does to an atomic batch:
+// one whose ids were all stored before, one that mixes stored and new ids,
+// and one that repeats an id inside itself. It says what the stream did.
+func (fb *forwardBench) atomicDedup(ctx context.Context) (string, error) {
+	_, err := fb.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: forwardStream, Subjects: []string{forwardSubject}, Storage: jetstream.FileStorage,
+		Duplicates: 2 * time.Hour, AllowAtomicPublish: true,
+	})
+	if err != nil {
+		return "", fmt.Errorf("create stream: %w", err)
+	}
+	defer func() { _ = fb.js.DeleteStream(context.Background(), forwardStream) }()
+	batch := func(ids ...string) []*nats.Msg {
+		out := make([]*nats.Msg, len(ids))
+		for i, id := range ids {
+			out[i] = nats.NewMsg(forwardSubject)
+			out[i].Data = []byte("forward " + id)
+			out[i].Header.Set(jetstream.MsgIDHeader, id)
+		}
+		return out
+	}
+	var said []string
+	for _, tc := range []struct {
+		name string
+		ids  []string
+	}{
+		{"first batch a,b,c", []string{"a", "b", "c"}},
+		{"the same batch again", []string{"a", "b", "c"}},
+		{"b,d (b stored, d new)", []string{"b", "d"}},
+		{"e,e (an id twice)", []string{"e", "e"}},
+	} {
+		ack, err := fb.atomicBatch(ctx, batch(tc.ids...))
+		if err != nil {
+			return "", err
+		}
+		got := fmt.Sprintf("committed %d (last seq %d)", ack.Count, ack.Seq)
+		if ack.Error != nil {
+			got = fmt.Sprintf("refused whole, err_code %d %q", ack.Error.ErrCode, ack.Error.Description)
+		}
+		said = append(said, tc.name+": "+got)
+	}
+	info, err := fb.js.Stream(ctx, forwardStream)
+	if err != nil {
+		return "", fmt.Errorf("stream: %w", err)
+	}
+	said = append(said, fmt.Sprintf("the stream holds %d messages", info.CachedInfo().State.Msgs))
+	return strings.Join(said, "; "), nil
+}
+
+// windowMemory is nats-server's resident memory after the same messages,
+// with and without distinct ids in the duplicate window.
+type windowMemory struct {
+	ids                 int
+	withIDs, withoutIDs int64 // RSS growth in bytes over the idle server
+}
+
+func (m windowMemory) perID() float64 { return float64(m.withIDs-m.withoutIDs) / float64(m.ids) }
+
+// duplicateWindowMemory publishes ids small messages, each with a distinct
+// Nats-Msg-Id, to a stream with a 2 h window on a fresh nats-server, and
+// the same messages without ids on another, and returns the RSS each grew
+// by. The difference is what the window holds for the ids: its map entry,
+// its expiry list entry, the id string, and the Go heap's slack around
+// them, which is what an operator pays.
+func duplicateWindowMemory(ctx context.Context, bin string, ids int, stderr io.Writer) (windowMemory, error) {
+	m := windowMemory{ids: ids}
+	for _, withIDs := range []bool{false, true} {
+		growth, err := rssGrowth(ctx, bin, ids, withIDs)
+		if err != nil {
+			return m, err
+		}
+		fmt.Fprintf(stderr, "gatebench: %d messages, ids %t: nats-server RSS +%d MiB\n", ids, withIDs, growth>>20)
+		if withIDs {
+			m.withIDs = growth
+		} else {
+			m.withoutIDs = growth
+		}
+	}
+	return m, nil
+}
+
+// rssGrowth runs one nats-server for duplicateWindowMemory.
+func rssGrowth(ctx context.Context, bin string, n int, withIDs bool) (int64, error) {
+	dir, err := os.MkdirTemp("", "gatebench-forward-mem-")
+	if err != nil {
+		return 0, fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	ns, natsURL, err := startNATS(ctx, bin, dir)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = ns.stop() }()
+	nc, err := nats.Connect(natsURL, nats.Name("gatebench-forward-mem"))
+	if err != nil {
+		return 0, fmt.Errorf("nats: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return 0, fmt.Errorf("jetstream: %w", err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: forwardStream, Subjects: []string{forwardSubject}, Storage: jetstream.FileStorage,
+		Duplicates: 2 * time.Hour,
+	}); err != nil {
+		return 0, fmt.Errorf("create stream: %w", err)
+	}
+	before, err := settledRSS(ns.pid())
+	if err != nil {
+		return 0, err
+	}
+	// Ids as long as the gate's (a UUID, 36 bytes), distinct.
+	prefix := nuid.Next()[:16]
+	for i := range n {
+		m := nats.NewMsg(forwardSubject)
+		m.Data = []byte("x")
+		if withIDs {
+			m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%019d", prefix, i))
+		} else {
+			m.Header.Set("Gate-Pad", fmt.Sprintf("%s-%019d", prefix, i))
+		}
+		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(10*time.Second)); err != nil {
+			return 0, fmt.Errorf("publish %d: %w", i, err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	after, err := settledRSS(ns.pid())
+	if err != nil {
+		return 0, err
+	}
+	return after - before, nil
+}
+
+// settledRSS reads a process's resident memory once it stopped changing
+// much: the file store drops its caches some seconds after the writes.
+func settledRSS(pid int) (int64, error) {
+	var last int64
+	for range 20 {
+		time.Sleep(time.Second)
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			return 0, fmt.Errorf("read RSS: %w", err)
+		}
+		rss, err := vmRSS(string(b))
+		if err != nil {
+			return 0, err
+		}
+		if last != 0 && abs64(rss-last) < 1<<20 {
+			return rss, nil
+		}
+		last = rss
+	}
+	return last, nil
+}
+
+// vmRSS returns the VmRSS line of /proc/PID/status, in bytes.
+func vmRSS(status string) (int64, error) {
+	for line := range strings.SplitSeq(status, "\n") {
+		v, ok := strings.CutPrefix(line, "VmRSS:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("VmRSS: unexpected %q", line)
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("VmRSS: %w", err)
+		}
+		return kb << 10, nil
+	}
+	return 0, errors.New("no VmRSS in the process status")
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// medianOf returns the median of xs, 0 for none.
+func medianOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
