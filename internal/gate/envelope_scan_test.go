@@ -1,0 +1,235 @@
+package gate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The reference a scan must match: json.Unmarshal into pointer fields for
+// a message, a json.Decoder with DisallowUnknownFields then a check for EOF
+// for a check.
+
+// jsonEnvelope is the envelope as json.Unmarshal decodes it.
+type jsonEnvelope struct {
+	ID            *string `json:"id"`
+	UUID          *string `json:"uuid"`
+	Scene         *string `json:"scene"`
+	ReceiveIDType *string `json:"receive_id_type"`
+	ReceiveID     *string `json:"receive_id"`
+	Priority      *string `json:"priority"`
+	TZ            *string `json:"tz"`
+}
+
+// jsonCheckEnvelope is a check as the json.Decoder decodes it.
+type jsonCheckEnvelope struct {
+	ID            *string `json:"id"`
+	Scene         *string `json:"scene"`
+	ReceiveIDType *string `json:"receive_id_type"`
+	ReceiveID     *string `json:"receive_id"`
+	Priority      *string `json:"priority"`
+	TZ            *string `json:"tz"`
+	DryRun        *bool   `json:"dry_run"`
+}
+
+// scanMatchesJSON fails unless a scan captures what json decodes from data,
+// field by field, or fails with json's reason word for word: with
+// envelopeFields as json.Unmarshal does, with checkFields in stream mode as
+// a json.Decoder with DisallowUnknownFields followed by a check for EOF.
+// data must pass checkBody, as it does before every scan.
+func scanMatchesJSON(t *testing.T, data []byte) {
+	t.Helper()
+	s := envScan{data: data, fields: envelopeFields}
+	outcome, reason := s.run()
+	var je jsonEnvelope
+	err := json.Unmarshal(data, &je)
+	if (err == nil) != (outcome == scanOK) || (err != nil && (reason != jsonReason(err) || outcome == scanTrailing)) {
+		t.Fatalf("scan of %q: outcome %d %q; json.Unmarshal: %v", data, outcome, reason, err)
+	}
+	if err == nil {
+		for f, p := range []*string{envID: je.ID, envUUID: je.UUID, envScene: je.Scene, envReceiveIDType: je.ReceiveIDType,
+			envReceiveID: je.ReceiveID, envPriority: je.Priority, envTZ: je.TZ} {
+			if (p == nil) != (s.vals[f].kind == valAbsent) || deref(p) != s.text(f) {
+				t.Fatalf("scan of %q: field %s is %+v %q; json.Unmarshal has %v", data, envelopeFields[f].name, s.vals[f], s.text(f), p)
+			}
+		}
+	}
+
+	s = envScan{data: data, fields: checkFields, stream: true}
+	outcome, reason = s.run()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var ce jsonCheckEnvelope
+	want := scanOK
+	if err = dec.Decode(&ce); err != nil {
+		want = scanSyntax
+		var se *json.SyntaxError
+		if !errors.As(err, &se) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			want = scanBadField
+		}
+	} else if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+		want = scanTrailing
+	}
+	if outcome != want || (err != nil && reason != jsonReason(err)) {
+		t.Fatalf("stream scan of %q: outcome %d %q; json.Decoder: %d %v", data, outcome, reason, want, err)
+	}
+	if want == scanOK {
+		for f, p := range []*string{chkID: ce.ID, chkScene: ce.Scene, chkReceiveIDType: ce.ReceiveIDType,
+			chkReceiveID: ce.ReceiveID, chkPriority: ce.Priority, chkTZ: ce.TZ} {
+			if (p == nil) != (s.vals[f].kind == valAbsent) || deref(p) != s.text(f) {
+				t.Fatalf("stream scan of %q: field %s is %+v %q; json.Decoder has %v", data, checkFields[f].name, s.vals[f], s.text(f), p)
+			}
+		}
+		dry := map[uint8]*bool{valAbsent: nil, valTrue: new(true), valFalse: new(false)}[s.vals[chkDryRun].kind]
+		if !reflect.DeepEqual(dry, ce.DryRun) {
+			t.Fatalf("stream scan of %q: dry_run %+v; json.Decoder has %v", data, s.vals[chkDryRun], ce.DryRun)
+		}
+	}
+}
+
+// matchesJSON is scanMatchesJSON for any data: the scan only ever reads
+// a body that passed checkBody.
+func matchesJSON(t *testing.T, data []byte) {
+	t.Helper()
+	if checkBody(data, 0, "") == nil {
+		scanMatchesJSON(t, data)
+	}
+}
+
+// envelopeCases are bodies where a JSON reader may go wrong: syntax at
+// every state of json's scanner, input that ends in each, keys as json
+// matches them, and values as it decodes them.
+var envelopeCases = []string{
+	`{"id":"m1","scene":"s","receive_id":"ou_1"}`,
+	`{"id":"m1","scene":"s","receive_id":"ou_1","dry_run":true}`,
+	`{"id":"m1","scene":"s","receive_id":"ou_1","dry_run":false}`,
+	`{"id":"m1","scene":"s","receive_id":"ou_1","dry_run":null}`,
+	`{"id":"m1","scene":"s","receive_id":"ou_1","dry_run":"yes"}`,
+	`{"id":"m1","scene":"s","receive_id":"ou_1","dry_run":1}`,
+	`{"id":"m1","scene":"s","receive_id":"ou_1","dry_run":{}}`,
+	`{"uuid":"u","scene":"s","receive_id_type":"chat_id","receive_id":"oc_1","content":{"a":[1,2,{"b":null}]}}`,
+	`{"id":"m","scene":"s","receive_id_type":"email","receive_id":"a@b.c","msg_type":"text","priority":"urgent","tz":"Asia/Shanghai"}`,
+	// Duplicates and case: the last wins, null clears, keys fold.
+	`{"id":"a","id":"b","scene":"s","receive_id":"r","scene":"t"}`,
+	`{"id":"a","ID":"b","Scene":"s","RECEIVE_ID":"r","sCeNe":"t"}`,
+	`{"id":"a","id":null,"uuid":"u","scene":"s","receive_id":"r"}`,
+	`{"id":null,"id":"a","scene":"s","receive_id":"r"}`,
+	`{"id":5,"id":"a","scene":"s","receive_id":"r"}`,
+	`{"id":"a","id":5,"scene":[],"receive_id":"r"}`,
+	`{"scene":{},"id":true,"receive_id":"r"}`,
+	`{"ſcene":"s","id":"a","receive_id":"r"}`,
+	`{"\u0073cene":"s","id":"a","receive_id":"r","\u0064ry_run":true}`,
+	`{"\u017Fcene":"s","id":"a","receive_id":"r"}`,
+	`{"ıd":"x","id":"a","scene":"s","receive_id":"r"}`,
+	`{"Id":"a","scene":"s","receive_id":"r","PRIORITY":"high","Receive_Id_Type":"email","Tz":"Europe/Berlin"}`,
+	`{"id":"a","scene":"s","receive_id":"r","unknown":1,"uuid":"x"}`,
+	`{"id":"a","scene":"s","receive_id":"r","dryrun":true,"dry_run":"x"}`,
+	`{"id":"a","scene":"s","receive_id":"r","dry\u005frun":"x"}`,
+	`{"id":"a","scene":"s","receive_id":"r","\u00e9":1}`,
+	`{"id":"a","scene":"s","receive_id":"r","é":1}`,
+	// Escapes.
+	`{"id":"a\"b","scene":"s\\t","receive_id":"\u00e9\u4e2d\ud83d\ude00"}`,
+	`{"id":"a\/b","scene":"\b\f\n\r\t","receive_id":"r"}`,
+	`{"id":"\ud800","scene":"\udc00x","receive_id":"\ud800\u0041"}`,
+	`{"id":"a","scene":"s","receive_id":"r","content":"\u0000"}`,
+	`{"id":"\u0000","scene":"s","receive_id":"r"}`,
+	`{"id":"a","scene":"s","receive_id":"\u202e"}`,
+	`{"id":"a","scene":"s","receive_id":"r","priority":"\u0068igh","receive_id_type":"\u0065mail"}`,
+	`{"id":"a","scene":"s","receive_id":"r","priority":"HIGH"}`,
+	// Numbers and literals.
+	`{"id":"a","scene":"s","receive_id":"r","n":[0,-0,1e999,-1.5E+3,0.0e-0,123456789012345678901234567890]}`,
+	`{"id":"a","scene":"s","receive_id":"r","n":01}`, `{"id":"a","n":-}`, `{"id":"a","n":-x}`, `{"id":"a","n":1.}`,
+	`{"id":"a","n":1.e5}`, `{"id":"a","n":1e}`, `{"id":"a","n":1e+}`, `{"id":"a","n":1E-x}`, `{"id":"a","n":.5}`,
+	`{"id":"a","n":+1}`, `{"id":"a","n":1x}`, `[1x]`, `[01]`, `{"id":"a","n":[tru]}`, `{"id":"a","n":nul}`,
+	`{"id":"a","n":falsy}`, `{"id":"a","n":True}`, `{"id":1e999,"scene":"s"}`, `{"id":-0}`,
+	// Top level: not an object, more than one value, whitespace, BOM.
+	`null`, `true`, `false`, `5`, `-0`, `"s"`, `[]`, `[1,2]`, `{}`, `hello`, `nullx`, `5x`, `5 x`, `"s" x`,
+	`{} {}`, `{}x`, `{} `, " \t\r\n{\"id\":\"a\",\"scene\":\"s\",\"receive_id\":\"r\"} \n", `{}}`, `{}]`,
+	"\ufeff{}", "{}\ufeff", "\u00a0{}", "{\u00a0}", `é`, `'x'`, `{'id':1}`, `{"id":"a"}]`,
+	// Every place input may end.
+	`{`, `{"`, `{"id`, `{"id"`, `{"id":`, `{"id":"`, `{"id":"a`, `{"id":"a"`, `{"id":"a",`, `{"id":"a\`,
+	`{"id":"a\u`, `{"id":"a\u12`, `{"id":5`, `{"id":5.`, `{"id":5e`, `{"id":t`, `{"id":[`, `{"id":[1`, `{"id":[1,`,
+	`[`, `-`, `1.`, `1e`, `1e-`, `tru`, `fals`, `nu`, `"abc`, `"\`, `"\u00`, `5`, `[1.`, `[1e`,
+	// Bad syntax inside.
+	`{"id" "a"}`, `{"id":"a" "scene":"s"}`, `{"id":"a",}`, `{,}`, `{"id":"a",,"x":1}`, `[1,]`, `[,1]`, `[1 2]`,
+	`{"id":"a\x"}`, `{"id":"a\u12g4"}`, "{\"id\":\"a\tb\"}", "{\"id\":\"a\nb\"}", "{\"id\":\"a\x1fb\"}", "{\"id\":\"a\x7fb\"}",
+	`{"id":"a"]`, `[1}`, `{"a":{"b":[}]}}`, `{1:2}`, `{"id":"a":"b"}`, `{"id"::"a"}`,
+}
+
+func TestEnvelopeScanMatchesJSON(t *testing.T) {
+	for _, c := range envelopeCases {
+		matchesJSON(t, []byte(c))
+	}
+	deep := func(n int, open, close string) []byte {
+		return []byte(`{"id":"a","scene":"s","receive_id":"r","content":` + strings.Repeat(open, n) + strings.Repeat(close, n) + `}`)
+	}
+	// json refuses a value nested deeper than 10000, the top object counted.
+	for _, n := range []int{maxNestingDepth - 1, maxNestingDepth, maxNestingDepth + 5} {
+		matchesJSON(t, deep(n, "[", "]"))
+		matchesJSON(t, deep(n, `{"a":`, "}"))
+		matchesJSON(t, bytes.Repeat([]byte("["), n))
+	}
+	matchesJSON(t, benchEnvelope())
+	// Every escape a \u may spell, in a key and in a value.
+	for r := rune(0); r < 0x10000; r += 7 {
+		matchesJSON(t, fmt.Appendf(nil, `{"id":"a\u%04x","scene":"s","receive_id":"r","\u%04x":1}`, r, r))
+	}
+}
+
+// FuzzEnvelopeMatchesJSON holds the scan to encoding/json: the same
+// fields or the same error, word for word, for any body that passes
+// checkBody, as json.Unmarshal and as a check's json.Decoder read it. It
+// starts from FuzzParseMessage's corpus.
+func FuzzEnvelopeMatchesJSON(f *testing.F) {
+	for _, c := range envelopeCases {
+		f.Add([]byte(c), "", "")
+	}
+	f.Add(benchEnvelope(), "", "")
+	f.Add([]byte(`{"scene":"s","receive_id":"r"}`), "h1", "Europe/Berlin")
+	files, err := filepath.Glob("testdata/fuzz/FuzzParseMessage/*")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, name := range files {
+		data, hdr, err := readCorpusEntry(name)
+		if err != nil {
+			f.Fatalf("%s: %v", name, err)
+		}
+		f.Add(data, hdr, "")
+	}
+	f.Fuzz(func(t *testing.T, data []byte, headerID, headerTZ string) {
+		matchesJSON(t, data)
+	})
+}
+
+// readCorpusEntry reads a FuzzParseMessage corpus file: a []byte and a
+// string, each Go-quoted on a line of its own.
+func readCorpusEntry(name string) ([]byte, string, error) {
+	text, err := os.ReadFile(name)
+	if err != nil {
+		return nil, "", err
+	}
+	lines := strings.Split(strings.TrimSpace(string(text)), "\n")
+	if len(lines) != 3 || lines[0] != "go test fuzz v1" {
+		return nil, "", fmt.Errorf("not a corpus entry of a []byte and a string")
+	}
+	var vals [2]string
+	for i, prefix := range []string{"[]byte(", "string("} {
+		l := lines[i+1]
+		if !strings.HasPrefix(l, prefix) || !strings.HasSuffix(l, ")") {
+			return nil, "", fmt.Errorf("line %d is not %s...)", i+2, prefix)
+		}
+		if vals[i], err = strconv.Unquote(l[len(prefix) : len(l)-1]); err != nil {
+			return nil, "", fmt.Errorf("line %d: %w", i+2, err)
+		}
+	}
+	return []byte(vals[0]), vals[1], nil
+}
