@@ -3,12 +3,16 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/procstat"
+	"github.com/antifatigue/gate/internal/rules"
 	"github.com/antifatigue/gate/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
@@ -128,4 +132,214 @@ func redisCPU(tb testing.TB, c *redis.Client) time.Duration {
 		}
 	}
 	return time.Duration(total * float64(time.Second))
+}
+
+// workloadRules is cmd/gatebench's rule set (workload.go): five scenes of
+// two rolling windows each under the caps {1h/4, 24h/20}; marketing.promo
+// lets urgent messages through, which the store sees as forced admissions.
+const workloadRules = `unknown_scene: forward
+recipient_caps:
+  - {window: 1h, max: 4}
+  - {window: 24h, max: 20}
+scenes:
+  alert.disk_full:
+    limits: [{window: 1h, max: 1}, {window: 24h, max: 3}]
+  alert.cpu_high:
+    limits: [{window: 10m, max: 1}, {window: 24h, max: 6}]
+  reminder.approval:
+    limits: [{window: 1h, max: 2}, {window: 24h, max: 5}]
+  marketing.promo:
+    limits: [{window: 24h, max: 1}, {window: 7d, max: 3}]
+    bypass_priorities: [urgent]
+  digest.weekly:
+    limits: [{window: 24h, max: 1}, {window: 7d, max: 2}]
+    on_exceed: drop
+`
+
+// workloadRequests returns the admit requests of n messages of gatebench's
+// workload (cmd/gatebench/workload.go, same generator and seed): scenes by
+// weight, 12 % repeating one of the 512 most recent (recipient, scene)
+// pairs, 2 % urgent, over recipients recipients. Run 200,000 of them
+// against fresh keys, as a gatebench run does, and about 30 % are held back.
+func workloadRequests(tb testing.TB, n, recipients int) []gate.AdmitRequest {
+	tb.Helper()
+	rs, err := rules.Parse("gatebench", []byte(workloadRules))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	scenes := []struct {
+		name   string
+		weight int
+	}{{"alert.disk_full", 30}, {"alert.cpu_high", 25}, {"reminder.approval", 20}, {"marketing.promo", 15}, {"digest.weekly", 10}}
+	const seed = 1
+	rnd := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	type pair struct{ recipient, scene int }
+	recent, next := make([]pair, 0, 512), 0
+	pick := func() int {
+		x := rnd.IntN(100)
+		for i, s := range scenes {
+			if x < s.weight {
+				return i
+			}
+			x -= s.weight
+		}
+		return len(scenes) - 1
+	}
+	reqs := make([]gate.AdmitRequest, 0, n)
+	now := time.Now()
+	for range n {
+		var p pair
+		if len(recent) > 0 && rnd.Float64() < 0.12 {
+			p = recent[rnd.IntN(len(recent))]
+		} else {
+			p = pair{recipient: rnd.IntN(recipients), scene: pick()}
+		}
+		if len(recent) < cap(recent) {
+			recent = append(recent, p)
+		} else {
+			recent[next], next = p, (next+1)%len(recent)
+		}
+		prio := gate.PriorityNormal
+		switch x := rnd.IntN(100); {
+		case x < 2:
+			prio = gate.PriorityUrgent
+		case x < 12:
+			prio = gate.PriorityHigh
+		}
+		id := fmt.Sprintf("%016x%016x", rnd.Uint64(), rnd.Uint64())
+		m := gate.Message{
+			ID: id[0:8] + "-" + id[8:12] + "-" + id[12:16] + "-" + id[16:20] + "-" + id[20:32], Scene: scenes[p.scene].name,
+			ReceiveIDType: "open_id", ReceiveID: fmt.Sprintf("ou_bench%024x", p.recipient), Priority: prio,
+		}
+		if plan := gate.PlanMessage(rs, m, now); plan.Request != nil {
+			reqs = append(reqs, *plan.Request)
+		}
+	}
+	return reqs
+}
+
+// BenchmarkAdmitWorkload runs gatebench's workload (workloadRequests:
+// 200,000 messages to 100,000 recipients on fresh keys, then again on
+// others) through Store.Admit in batches of 256, one pipeline each, as the
+// gate and gatebench's Redis ceiling send them, and reports what Redis
+// spends per admission request: its process's CPU time (procstat; INFO cpu
+// when Redis is not on this machine) per request, redis-µs/req. This is
+// the figure that compares script shapes; wall time mostly measures the
+// client and the machine's other load.
+//
+// With GATE_BENCH_BASE_SCRIPT naming a file (an earlier admit.lua, say
+// from git show), it also runs that script, with the same ARGV, on keys
+// of its own: each iteration decides 16 batches with one script, then 16
+// with the other, so the two meet the same load on the machine, and it
+// reports base-redis-µs/req and the ratio new/base.
+//
+//	git show HEAD~1:internal/redisstore/admit.lua > /tmp/base.lua
+//	GATE_BENCH_BASE_SCRIPT=/tmp/base.lua go test -run '^$' \
+//	  -bench AdmitWorkload -benchtime 40x -count 5 ./internal/redisstore/
+func BenchmarkAdmitWorkload(b *testing.B) {
+	raw := newClient(b)
+	ctx := context.Background()
+	const (
+		batch, chunk = 256, 16 // a request batch; batches per turn of an arm
+		runN         = 300_000 // a gatebench run's messages (full and half speed), on fresh keys
+		recipients   = 100_000
+	)
+	reqs := workloadRequests(b, runN, recipients)
+	cpu := redisCPUFunc(b, raw)
+
+	// An arm is one script deciding the workload on keys of its own.
+	type arm struct {
+		name   string
+		s      *Store
+		prefix string
+		at, n  int
+		held   int
+		spent  time.Duration
+		script *redis.Script
+		source string
+	}
+	arms := []*arm{{name: "new", script: admitScript, source: admitSource}}
+	if path := os.Getenv("GATE_BENCH_BASE_SCRIPT"); path != "" {
+		src, err := os.ReadFile(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		arms = append(arms, &arm{name: "base", script: redis.NewScript(string(src)), source: string(src)})
+	}
+	// fresh points an arm at new keys, deleting those of its previous run
+	// (outside the measured turns).
+	fresh := func(a *arm) {
+		if a.prefix != "" {
+			if keys := scanKeys(b, raw, a.prefix+":*"); len(keys) > 0 {
+				for lo := 0; lo < len(keys); lo += 1000 {
+					raw.Del(ctx, keys[lo:min(lo+1000, len(keys))]...)
+				}
+			}
+		}
+		a.prefix = newPrefix(b, raw)
+		// gatebench's timeout: other load on the machine must not fail a run.
+		s, err := New(raw, Options{KeyPrefix: a.prefix, Timeout: 10 * time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		a.s = s
+		a.s.script, a.s.source, a.at = a.script, a.source, 0
+	}
+	for _, a := range arms {
+		fresh(a)
+	}
+	for b.Loop() {
+		for _, a := range arms {
+			if a.at+chunk*batch > len(reqs) {
+				fresh(a)
+			}
+			before := cpu()
+			for range chunk {
+				res, err := a.s.Admit(ctx, reqs[a.at:a.at+batch])
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, r := range res {
+					if !r.Admitted {
+						a.held++
+					}
+				}
+				a.at += batch
+				a.n += batch
+			}
+			a.spent += cpu() - before
+		}
+	}
+	per := func(a *arm) float64 { return a.spent.Seconds() * 1e6 / float64(a.n) }
+	for _, a := range arms {
+		name := "redis-µs/req"
+		if a.name != "new" {
+			name = a.name + "-" + name
+		}
+		b.ReportMetric(per(a), name)
+	}
+	b.ReportMetric(100*float64(arms[0].held)/float64(arms[0].n), "%held")
+	if len(arms) > 1 {
+		b.ReportMetric(per(arms[0])/per(arms[1]), "new/base")
+	}
+}
+
+// redisCPUFunc returns a reader of the test Redis's CPU time: its
+// process's, from /proc, when it runs on this machine; INFO cpu otherwise.
+func redisCPUFunc(tb testing.TB, c *redis.Client) func() time.Duration {
+	tb.Helper()
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil {
+		tb.Fatalf("INFO server: %v", err)
+	}
+	pid := 0
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			pid, _ = strconv.Atoi(v)
+		}
+	}
+	if pid > 0 && procstat.CPU(pid) > 0 {
+		return func() time.Duration { return procstat.CPU(pid) }
+	}
+	return func() time.Duration { return redisCPU(tb, c) }
 }
