@@ -62,14 +62,7 @@ func commitStatement(p *paramSeq) string {
 		"timestamptz", "timestamptz", "timestamptz", "text", "text", "bytea") + `)
 		AS h("key", ` + heldColumns + `)
 	WHERE "key" IN (SELECT "key" FROM claimed)
-), queued AS (
-	INSERT INTO held_queues (recipient, queue, due_at, head_seq)
-	SELECT DISTINCT ON (recipient COLLATE "C", queue COLLATE "C") recipient, queue, due_at, seq FROM holds
-	ORDER BY recipient COLLATE "C", queue COLLATE "C", seq` + upsertHead + `
-	RETURNING 1
-), queues_locked AS (
-	SELECT count(*) FROM queued
-), kept AS (
+), ` + queueRows("") + `, kept AS (
 	INSERT INTO held (` + heldColumns + `)
 	SELECT ` + heldNoPayload + `, CASE WHEN EXISTS (SELECT 1 FROM audited a
 		WHERE a.message_id = holds.message_id AND convert_to(a.payload, 'UTF8') = holds.payload)
@@ -87,6 +80,21 @@ func commitStatement(p *paramSeq) string {
 	ORDER BY scene COLLATE "C", hour` + addCounts + `
 )
 SELECT "key" FROM claimed`
+}
+
+// queueRows are the CTEs that upsert the rows of the queues in holds (a
+// CTE of held messages) in byte order, where (when not empty, a WHERE
+// clause) lets them, and count them: the CTEs that write held or counter
+// rows read queues_locked, so that they come after.
+func queueRows(where string) string {
+	return `queued AS (
+	INSERT INTO held_queues (recipient, queue, due_at, head_seq)
+	SELECT DISTINCT ON (recipient COLLATE "C", queue COLLATE "C") recipient, queue, due_at, seq FROM holds` + where + `
+	ORDER BY recipient COLLATE "C", queue COLLATE "C", seq` + upsertHead + `
+	RETURNING 1
+), queues_locked AS (
+	SELECT count(*) FROM queued
+)`
 }
 
 // paramSeq numbers a statement's parameters in order, so that a column
@@ -119,49 +127,26 @@ func (s *Store) decidedOnPostgres(ctx context.Context, keys []string) (map[strin
 	return decided, nil
 }
 
-// commitOnPostgres is Commit's transaction as the one statement above; recs
-// are checked, unique and sorted by key. It returns the keys it claimed.
+// commitOnPostgres is Commit's transaction on PostgreSQL; recs are checked,
+// unique and sorted by key. It returns the keys it claimed. It first runs
+// commitFresh, which takes every key to be new to the ledger, and only when
+// that statement finds one that is not (a unique violation, which rolls it
+// back whole) runs commitPostgres, which claims what it can.
 func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[string]bool, error) {
 	n := len(recs)
-	var (
-		keys, outcomes = make([]string, n), make([]string, n)
-		ats, hours     = make([]time.Time, n), make([]time.Time, n)
-		scenes         = make([]string, n)
-		recipients     = make([]string, n)
-		priorities     = make([]string, n)
-		zones          = make([]string, n)
-		counts         [gate.NumCounters][]int32
-		sup            suppressionColumns
-		held           heldArrays
-	)
-	for i := range counts {
-		counts[i] = make([]int32, n)
-	}
-	for i, r := range recs {
-		keys[i], outcomes[i], scenes[i] = r.Key, string(r.Outcome), r.Scene
-		recipients[i], priorities[i], zones[i] = r.Recipient, string(r.Priority), r.TZ
-		ats[i] = r.At.UTC().Truncate(time.Microsecond)
-		hours[i] = r.At.UTC().Truncate(time.Hour)
-		var c gate.SceneSummary
-		count(&c, r)
-		for j, v := range c.Counters() {
-			counts[j][i] = int32(*v)
+	cols := columnsOf(recs, s.redact)
+	_, err := s.sqlDB.ExecContext(ctx, commitFresh, cols.freshArgs()...)
+	if err == nil {
+		claimed := make(map[string]bool, n)
+		for _, r := range recs {
+			claimed[r.Key] = true
 		}
-		if r.Suppression != nil {
-			sup.add(r, s.redact)
-		}
-		if r.Hold != nil {
-			held.add(r)
-		}
+		return claimed, nil
 	}
-	args := []any{keys, outcomes, ats, scenes, recipients, priorities, zones}
-	args = append(args, sup.args()...)
-	args = append(args, held.args()...)
-	args = append(args, keys, scenes, hours)
-	for _, c := range counts {
-		args = append(args, c)
+	if !uniqueViolation(err) {
+		return nil, fmt.Errorf("claim, audit and count %d new records: %w", n, err)
 	}
-	rows, err := s.sqlDB.QueryContext(ctx, commitPostgres, args...)
+	rows, err := s.sqlDB.QueryContext(ctx, commitPostgres, cols.args()...)
 	if err != nil {
 		return nil, fmt.Errorf("claim, audit and count %d records: %w", n, err)
 	}
@@ -170,6 +155,61 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 		return nil, fmt.Errorf("claim, audit and count %d records: %w", n, err)
 	}
 	return claimed, nil
+}
+
+// commitColumns are a batch's records column by column, for unnest().
+type commitColumns struct {
+	keys, outcomes, scenes, recipients, priorities, zones []string
+	ats, hours                                            []time.Time
+	counts                                                [gate.NumCounters][]int32
+	sums                                                  hourSums
+	sup                                                   suppressionColumns
+	held                                                  heldArrays
+}
+
+// columnsOf is recs column by column; redact keeps payloads out of the
+// audit rows.
+func columnsOf(recs []gate.Record, redact bool) *commitColumns {
+	n := len(recs)
+	c := &commitColumns{
+		keys: make([]string, n), outcomes: make([]string, n), scenes: make([]string, n),
+		recipients: make([]string, n), priorities: make([]string, n), zones: make([]string, n),
+		ats: make([]time.Time, n), hours: make([]time.Time, n),
+	}
+	for i := range c.counts {
+		c.counts[i] = make([]int32, n)
+	}
+	for i, r := range recs {
+		c.keys[i], c.outcomes[i], c.scenes[i] = r.Key, string(r.Outcome), r.Scene
+		c.recipients[i], c.priorities[i], c.zones[i] = r.Recipient, string(r.Priority), r.TZ
+		c.ats[i] = r.At.UTC().Truncate(time.Microsecond)
+		c.hours[i] = r.At.UTC().Truncate(time.Hour)
+		var one gate.SceneSummary
+		count(&one, r)
+		for j, v := range one.Counters() {
+			c.counts[j][i] = int32(*v)
+		}
+		count(c.sums.at(r.Scene, r.At), r)
+		if r.Suppression != nil {
+			c.sup.add(r, redact)
+		}
+		if r.Hold != nil {
+			c.held.add(r)
+		}
+	}
+	return c
+}
+
+// args are the parameters of commitPostgres.
+func (c *commitColumns) args() []any {
+	args := []any{c.keys, c.outcomes, c.ats, c.scenes, c.recipients, c.priorities, c.zones}
+	args = append(args, c.sup.args()...)
+	args = append(args, c.held.args()...)
+	args = append(args, c.keys, c.scenes, c.hours)
+	for _, v := range c.counts {
+		args = append(args, v)
+	}
+	return args
 }
 
 // suppressionColumns holds audit rows column by column, for unnest().
