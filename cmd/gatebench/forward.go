@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -55,6 +53,8 @@ type forwardVariant struct {
 	// publish sends one chunk and waits until the stream stored all of it.
 	publish func(ctx context.Context, fb *forwardBench, chunk []*nats.Msg) error
 	atomic  bool // the stream allows atomic batch publish
+	fast    bool // the stream allows fast batch publish
+	prefill int  // small messages with distinct ids stored before the meter starts
 }
 
 // forwardVariants are the variants, in the order tables print them; the
@@ -62,10 +62,13 @@ type forwardVariant struct {
 var forwardVariants = []forwardVariant{
 	{name: "dedup-2h", what: "async publish + Nats-Msg-Id, Duplicates 2h (the gate today)", msgID: true, window: 2 * time.Hour, publish: publishAsync},
 	{name: "no-msg-id", what: "async publish, no Nats-Msg-Id (no de-duplication)", window: 2 * time.Hour, publish: publishAsync},
+	{name: "dedup-2h-1M", what: "as dedup-2h, on a stream that tracks 1M ids already (a 2h window at 140 forwards/s)", msgID: true, window: 2 * time.Hour, publish: publishAsync, prefill: 1_000_000},
 	{name: "dedup-2m", what: "async publish + Nats-Msg-Id, Duplicates 2m", msgID: true, window: 2 * time.Minute, publish: publishAsync},
 	{name: "ack-per-chunk", what: "as dedup-2h, but only a chunk's last message asks for a PubAck", msgID: true, window: 2 * time.Hour, publish: publishLastAcked},
-	{name: "atomic", what: "atomic batch of the chunk + Nats-Msg-Id, Duplicates 2h: one ack per batch", msgID: true, window: 2 * time.Hour, publish: publishAtomic, atomic: true},
-	{name: "atomic-no-id", what: "atomic batch of the chunk, no Nats-Msg-Id", window: 2 * time.Hour, publish: publishAtomic, atomic: true},
+	{name: "atomic", what: "atomic batch of the chunk + Nats-Msg-Id, Duplicates 2h: one ack per batch", msgID: true, window: 2 * time.Hour, publish: wholeBatch((*forwardBench).atomicBatch), atomic: true},
+	{name: "atomic-no-id", what: "atomic batch of the chunk, no Nats-Msg-Id", window: 2 * time.Hour, publish: wholeBatch((*forwardBench).atomicBatch), atomic: true},
+	{name: "fast", what: "fast batch of the chunk + Nats-Msg-Id, Duplicates 2h: a flow ack and a PubAck per batch", msgID: true, window: 2 * time.Hour, publish: wholeBatch((*forwardBench).fastBatch), fast: true},
+	{name: "fast-no-id", what: "fast batch of the chunk, no Nats-Msg-Id", window: 2 * time.Hour, publish: wholeBatch((*forwardBench).fastBatch), fast: true},
 }
 
 // forwardBench is the run's connection to its nats-server.
@@ -73,11 +76,16 @@ type forwardBench struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	natsPID int
+	// Where fast batches' answers come (forward_batch.go), made at the
+	// first.
+	fastInbox   string
+	fastReplies chan *nats.Msg
+	fastSub     *nats.Subscription
 }
 
 // runForwardBench starts nats-server and measures every variant, then the
 // duplicate window's memory, and checks how de-duplication behaves inside
-// an atomic batch.
+// atomic and fast batches.
 func runForwardBench(ctx context.Context, c *config, stdout, stderr io.Writer) error {
 	dir, err := os.MkdirTemp("", "gatebench-forward-")
 	if err != nil {
@@ -130,11 +138,15 @@ func runForwardBench(ctx context.Context, c *config, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintf(stdout, "(medians of %d interleaved rounds; ratio to %s)\n", forwardRounds, forwardVariants[0].name)
 
-	dedup, err := fb.atomicDedup(ctx)
+	dedup, err := fb.batchDedup(ctx, jetstream.StreamConfig{AllowAtomicPublish: true}, fb.atomicBatch)
 	if err != nil {
 		return fmt.Errorf("de-duplication in atomic batches: %w", err)
 	}
-	fmt.Fprintf(stdout, "\nde-duplication inside atomic batches: %s\n", dedup)
+	fmt.Fprintf(stdout, "\nde-duplication, atomic batches: %s\n", dedup)
+	if dedup, err = fb.batchDedup(ctx, jetstream.StreamConfig{AllowBatchPublish: true}, fb.fastBatch); err != nil {
+		return fmt.Errorf("de-duplication in fast batches: %w", err)
+	}
+	fmt.Fprintf(stdout, "de-duplication, fast batches: %s\n", dedup)
 
 	// The memory figure runs on a server of its own, so that what the
 	// variants left in the heap does not blur it.
@@ -178,7 +190,7 @@ func (fb *forwardBench) measure(ctx context.Context, v forwardVariant, msgs []*n
 	cfg := jetstream.StreamConfig{
 		Name: forwardStream, Subjects: []string{forwardSubject}, Storage: jetstream.FileStorage,
 		Retention: jetstream.LimitsPolicy, MaxAge: 72 * time.Hour, Duplicates: v.window,
-		AllowAtomicPublish: v.atomic,
+		AllowAtomicPublish: v.atomic, AllowBatchPublish: v.fast,
 	}
 	s, err := fb.js.CreateStream(ctx, cfg)
 	if err != nil {
@@ -189,6 +201,11 @@ func (fb *forwardBench) measure(ctx context.Context, v forwardVariant, msgs []*n
 		// Let the deletion's file work end before the next variant's meter.
 		time.Sleep(300 * time.Millisecond)
 	}()
+	if v.prefill > 0 {
+		if err := fb.prefill(ctx, v.prefill); err != nil {
+			return 0, 0, err
+		}
+	}
 	self := os.Getpid()
 	natsBefore, selfBefore := procstat.CPU(fb.natsPID), procstat.CPU(self)
 	for lo := 0; lo < len(msgs); lo += chunk {
@@ -204,12 +221,35 @@ func (fb *forwardBench) measure(ctx context.Context, v forwardVariant, msgs []*n
 	if err != nil {
 		return 0, 0, fmt.Errorf("stream info: %w", err)
 	}
-	if info.State.Msgs != uint64(len(msgs)) {
-		return 0, 0, fmt.Errorf("the stream holds %d messages, want %d", info.State.Msgs, len(msgs))
+	if info.State.Msgs != uint64(v.prefill+len(msgs)) {
+		return 0, 0, fmt.Errorf("the stream holds %d messages, want %d", info.State.Msgs, v.prefill+len(msgs))
 	}
 	n := float64(len(msgs))
 	return float64(natsAfter-natsBefore) / float64(time.Microsecond) / n,
 		float64(selfAfter-selfBefore) / float64(time.Microsecond) / n, nil
+}
+
+// prefill stores n one-byte messages with distinct ids, so that the
+// duplicate window tracks n ids when the variant starts, as a window in
+// its steady state does.
+func (fb *forwardBench) prefill(ctx context.Context, n int) error {
+	prefix := nuid.Next()
+	for i := range n {
+		m := nats.NewMsg(forwardSubject)
+		m.Data = []byte("x")
+		m.Header.Set(jetstream.MsgIDHeader, prefix+"-"+strconv.Itoa(i))
+		if _, err := fb.js.PublishMsgAsync(m, jetstream.WithStallWait(10*time.Second)); err != nil {
+			return fmt.Errorf("prefill %d: %w", i, err)
+		}
+	}
+	select {
+	case <-fb.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Let the file store settle before the meter starts.
+	time.Sleep(time.Second)
+	return nil
 }
 
 // publishAsync is natsbus.Bus.Forward: every message published async, then
@@ -252,265 +292,6 @@ func publishLastAcked(ctx context.Context, fb *forwardBench, chunk []*nats.Msg) 
 		return fmt.Errorf("publish last: %w", err)
 	}
 	return nil
-}
-
-// Headers of an atomic batch publish (ADR-50, nats-server 2.12 and later).
-const (
-	batchIDHeader     = "Nats-Batch-Id"
-	batchSeqHeader    = "Nats-Batch-Sequence"
-	batchCommitHeader = "Nats-Batch-Commit"
-)
-
-// publishAtomic publishes the chunk as one atomic batch: the messages go
-// with Nats-Batch-Id and Nats-Batch-Sequence and no reply subject, the last
-// also with Nats-Batch-Commit as a request, whose answer is the batch's one
-// PubAck. The stream stores all of the batch or none of it.
-func publishAtomic(ctx context.Context, fb *forwardBench, chunk []*nats.Msg) error {
-	ack, err := fb.atomicBatch(ctx, chunk)
-	if err != nil {
-		return err
-	}
-	if ack.Error != nil {
-		return fmt.Errorf("batch refused: %s (err_code %d)", ack.Error.Description, ack.Error.ErrCode)
-	}
-	if ack.Count != len(chunk) {
-		return fmt.Errorf("batch committed %d messages, want %d", ack.Count, len(chunk))
-	}
-	return nil
-}
-
-// batchAck is a commit's answer: a PubAck with the batch's id and size, or
-// an error.
-type batchAck struct {
-	Stream string `json:"stream"`
-	Seq    uint64 `json:"seq"`
-	Batch  string `json:"batch"`
-	Count  int    `json:"count"`
-	Error  *struct {
-		Code        int    `json:"code"`
-		ErrCode     int    `json:"err_code"`
-		Description string `json:"description"`
-	} `json:"error"`
-}
-
-// atomicBatch sends chunk as one atomic batch and returns the commit's
-// answer. The messages' own headers are kept; the batch headers are added
-// to copies.
-func (fb *forwardBench) atomicBatch(ctx context.Context, chunk []*nats.Msg) (batchAck, error) {
-	id := nuid.Next()
-	last := len(chunk) - 1
-	for i, m := range chunk {
-		b := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header{}}
-		for k, vs := range m.Header {
-			b.Header[k] = vs
-		}
-		b.Header.Set(batchIDHeader, id)
-		b.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
-		if i < last {
-			if err := fb.nc.PublishMsg(b); err != nil {
-				return batchAck{}, fmt.Errorf("publish: %w", err)
-			}
-			continue
-		}
-		b.Header.Set(batchCommitHeader, "1")
-		reply, err := fb.nc.RequestMsgWithContext(ctx, b)
-		if err != nil {
-			return batchAck{}, fmt.Errorf("commit: %w", err)
-		}
-		var ack batchAck
-		if err := json.Unmarshal(reply.Data, &ack); err != nil {
-			return batchAck{}, fmt.Errorf("commit answer %q: %w", reply.Data, err)
-		}
-		return ack, nil
-	}
-	return batchAck{}, errors.New("empty batch")
-}
-
-// atomicDedup checks what a repeated Nats-Msg-Id does to an atomic batch:
-// one whose ids were all stored before, one that mixes stored and new ids,
-// and one that repeats an id inside itself. It says what the stream did.
-func (fb *forwardBench) atomicDedup(ctx context.Context) (string, error) {
-	_, err := fb.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: forwardStream, Subjects: []string{forwardSubject}, Storage: jetstream.FileStorage,
-		Duplicates: 2 * time.Hour, AllowAtomicPublish: true,
-	})
-	if err != nil {
-		return "", fmt.Errorf("create stream: %w", err)
-	}
-	defer func() { _ = fb.js.DeleteStream(context.Background(), forwardStream) }()
-	batch := func(ids ...string) []*nats.Msg {
-		out := make([]*nats.Msg, len(ids))
-		for i, id := range ids {
-			out[i] = nats.NewMsg(forwardSubject)
-			out[i].Data = []byte("forward " + id)
-			out[i].Header.Set(jetstream.MsgIDHeader, id)
-		}
-		return out
-	}
-	var said []string
-	for _, tc := range []struct {
-		name string
-		ids  []string
-	}{
-		{"first batch a,b,c", []string{"a", "b", "c"}},
-		{"the same batch again", []string{"a", "b", "c"}},
-		{"b,d (b stored, d new)", []string{"b", "d"}},
-		{"e,e (an id twice)", []string{"e", "e"}},
-	} {
-		ack, err := fb.atomicBatch(ctx, batch(tc.ids...))
-		if err != nil {
-			return "", err
-		}
-		got := fmt.Sprintf("committed %d (last seq %d)", ack.Count, ack.Seq)
-		if ack.Error != nil {
-			got = fmt.Sprintf("refused whole, err_code %d %q", ack.Error.ErrCode, ack.Error.Description)
-		}
-		said = append(said, tc.name+": "+got)
-	}
-	info, err := fb.js.Stream(ctx, forwardStream)
-	if err != nil {
-		return "", fmt.Errorf("stream: %w", err)
-	}
-	said = append(said, fmt.Sprintf("the stream holds %d messages", info.CachedInfo().State.Msgs))
-	return strings.Join(said, "; "), nil
-}
-
-// windowMemory is nats-server's resident memory after the same messages,
-// with and without distinct ids in the duplicate window.
-type windowMemory struct {
-	ids                 int
-	withIDs, withoutIDs int64 // RSS growth in bytes over the idle server
-}
-
-func (m windowMemory) perID() float64 { return float64(m.withIDs-m.withoutIDs) / float64(m.ids) }
-
-// duplicateWindowMemory publishes ids small messages, each with a distinct
-// Nats-Msg-Id, to a stream with a 2 h window on a fresh nats-server, and
-// the same messages without ids on another, and returns the RSS each grew
-// by. The difference is what the window holds for the ids: its map entry,
-// its expiry list entry, the id string, and the Go heap's slack around
-// them, which is what an operator pays.
-func duplicateWindowMemory(ctx context.Context, bin string, ids int, stderr io.Writer) (windowMemory, error) {
-	m := windowMemory{ids: ids}
-	for _, withIDs := range []bool{false, true} {
-		growth, err := rssGrowth(ctx, bin, ids, withIDs)
-		if err != nil {
-			return m, err
-		}
-		fmt.Fprintf(stderr, "gatebench: %d messages, ids %t: nats-server RSS +%d MiB\n", ids, withIDs, growth>>20)
-		if withIDs {
-			m.withIDs = growth
-		} else {
-			m.withoutIDs = growth
-		}
-	}
-	return m, nil
-}
-
-// rssGrowth runs one nats-server for duplicateWindowMemory.
-func rssGrowth(ctx context.Context, bin string, n int, withIDs bool) (int64, error) {
-	dir, err := os.MkdirTemp("", "gatebench-forward-mem-")
-	if err != nil {
-		return 0, fmt.Errorf("temp dir: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	ns, natsURL, err := startNATS(ctx, bin, dir)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = ns.stop() }()
-	nc, err := nats.Connect(natsURL, nats.Name("gatebench-forward-mem"))
-	if err != nil {
-		return 0, fmt.Errorf("nats: %w", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
-	if err != nil {
-		return 0, fmt.Errorf("jetstream: %w", err)
-	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: forwardStream, Subjects: []string{forwardSubject}, Storage: jetstream.FileStorage,
-		Duplicates: 2 * time.Hour,
-	}); err != nil {
-		return 0, fmt.Errorf("create stream: %w", err)
-	}
-	before, err := settledRSS(ns.pid())
-	if err != nil {
-		return 0, err
-	}
-	// Ids as long as the gate's (a UUID, 36 bytes), distinct.
-	prefix := nuid.Next()[:16]
-	for i := range n {
-		m := nats.NewMsg(forwardSubject)
-		m.Data = []byte("x")
-		if withIDs {
-			m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%019d", prefix, i))
-		} else {
-			m.Header.Set("Gate-Pad", fmt.Sprintf("%s-%019d", prefix, i))
-		}
-		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(10*time.Second)); err != nil {
-			return 0, fmt.Errorf("publish %d: %w", i, err)
-		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-	after, err := settledRSS(ns.pid())
-	if err != nil {
-		return 0, err
-	}
-	return after - before, nil
-}
-
-// settledRSS reads a process's resident memory once it stopped changing
-// much: the file store drops its caches some seconds after the writes.
-func settledRSS(pid int) (int64, error) {
-	var last int64
-	for range 20 {
-		time.Sleep(time.Second)
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		if err != nil {
-			return 0, fmt.Errorf("read RSS: %w", err)
-		}
-		rss, err := vmRSS(string(b))
-		if err != nil {
-			return 0, err
-		}
-		if last != 0 && abs64(rss-last) < 1<<20 {
-			return rss, nil
-		}
-		last = rss
-	}
-	return last, nil
-}
-
-// vmRSS returns the VmRSS line of /proc/PID/status, in bytes.
-func vmRSS(status string) (int64, error) {
-	for line := range strings.SplitSeq(status, "\n") {
-		v, ok := strings.CutPrefix(line, "VmRSS:")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("VmRSS: unexpected %q", line)
-		}
-		kb, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("VmRSS: %w", err)
-		}
-		return kb << 10, nil
-	}
-	return 0, errors.New("no VmRSS in the process status")
-}
-
-func abs64(x int64) int64 {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 // medianOf returns the median of xs, 0 for none.

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// windowMemory is nats-server's resident memory after the same messages,
+// with and without distinct ids in the duplicate window.
+type windowMemory struct {
+	ids                 int
+	withIDs, withoutIDs int64 // RSS growth in bytes over the idle server
+}
+
+func (m windowMemory) perID() float64 { return float64(m.withIDs-m.withoutIDs) / float64(m.ids) }
+
+// duplicateWindowMemory publishes ids small messages, each with a distinct
+// Nats-Msg-Id, to a stream with a 2 h window on a fresh nats-server, and
+// the same messages without ids on another, and returns the RSS each grew
+// by. The difference is what the window holds for the ids: its map entry,
+// its expiry list entry, the id string, and the Go heap's slack around
+// them, which is what an operator pays.
+func duplicateWindowMemory(ctx context.Context, bin string, ids int, stderr io.Writer) (windowMemory, error) {
+	m := windowMemory{ids: ids}
+	for _, withIDs := range []bool{false, true} {
+		growth, err := rssGrowth(ctx, bin, ids, withIDs)
+		if err != nil {
+			return m, err
+		}
+		fmt.Fprintf(stderr, "gatebench: %d messages, ids %t: nats-server RSS +%d MiB\n", ids, withIDs, growth>>20)
+		if withIDs {
+			m.withIDs = growth
+		} else {
+			m.withoutIDs = growth
+		}
+	}
+	return m, nil
+}
+
+// rssGrowth runs one nats-server for duplicateWindowMemory.
+func rssGrowth(ctx context.Context, bin string, n int, withIDs bool) (int64, error) {
+	dir, err := os.MkdirTemp("", "gatebench-forward-mem-")
+	if err != nil {
+		return 0, fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	ns, natsURL, err := startNATS(ctx, bin, dir)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = ns.stop() }()
+	nc, err := nats.Connect(natsURL, nats.Name("gatebench-forward-mem"))
+	if err != nil {
+		return 0, fmt.Errorf("nats: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return 0, fmt.Errorf("jetstream: %w", err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: forwardStream, Subjects: []string{forwardSubject}, Storage: jetstream.FileStorage,
+		Duplicates: 2 * time.Hour,
+	}); err != nil {
+		return 0, fmt.Errorf("create stream: %w", err)
+	}
+	before, err := settledRSS(ns.pid())
+	if err != nil {
+		return 0, err
+	}
+	// Ids as long as the gate's (a UUID, 36 bytes), distinct.
+	prefix := nuid.Next()[:16]
+	for i := range n {
+		m := nats.NewMsg(forwardSubject)
+		m.Data = []byte("x")
+		if withIDs {
+			m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%019d", prefix, i))
+		} else {
+			m.Header.Set("Gate-Pad", fmt.Sprintf("%s-%019d", prefix, i))
+		}
+		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(10*time.Second)); err != nil {
+			return 0, fmt.Errorf("publish %d: %w", i, err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	after, err := settledRSS(ns.pid())
+	if err != nil {
+		return 0, err
+	}
+	return after - before, nil
+}
+
+// settledRSS reads a process's resident memory once it stopped changing
+// much: the file store drops its caches some seconds after the writes.
+func settledRSS(pid int) (int64, error) {
+	var last int64
+	for range 20 {
+		time.Sleep(time.Second)
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			return 0, fmt.Errorf("read RSS: %w", err)
+		}
+		rss, err := vmRSS(string(b))
+		if err != nil {
+			return 0, err
+		}
+		if last != 0 && abs64(rss-last) < 1<<20 {
+			return rss, nil
+		}
+		last = rss
+	}
+	return last, nil
+}
+
+// vmRSS returns the VmRSS line of /proc/PID/status, in bytes.
+func vmRSS(status string) (int64, error) {
+	for line := range strings.SplitSeq(status, "\n") {
+		v, ok := strings.CutPrefix(line, "VmRSS:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("VmRSS: unexpected %q", line)
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("VmRSS: %w", err)
+		}
+		return kb << 10, nil
+	}
+	return 0, errors.New("no VmRSS in the process status")
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
