@@ -51,6 +51,23 @@
 local READ = 16
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+-- Numbers go to redis.call as integer strings, formatted once: Lua would
+-- format each with %.14g, the costly floating-point path of printf.
+local nowstr = string.format('%d', now)
+local ttls = {}
+local function ttl(ms)
+  local s = ttls[ms]
+  if s == nil then s = string.format('%d', ms) ttls[ms] = s end
+  return s
+end
+-- num parses a number of ARGV. Requests of one scene repeat the same few
+-- (limits, flags, counts), and Lua's tonumber calls strtod each time.
+local nums = {}
+local function num(arg)
+  local v = nums[arg]
+  if v == nil then v = tonumber(arg) nums[arg] = v end
+  return v
+end
 
 -- span returns, over the n pairs from ARGV[at], the earliest score any of them counts, how
 -- long past now one of them still needs its members (ms), and the largest max. per holds
@@ -58,7 +75,7 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local function span(at, n, per, rt)
   local from, keep, k = now + 1, 0, 0
   for i = at, at + 2 * (n - 1), 2 do
-    local w, m = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+    local w, m = num(ARGV[i]), num(ARGV[i + 1])
     if w == 0 then
       local b = m * rt.every
       from, keep = math.min(from, now - b + 1), math.max(keep, b)
@@ -79,8 +96,8 @@ local function periods(at, nb)
   local per = {}
   for b = 1, nb do
     local i = at + 3 * (b - 1)
-    local s, e = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-    if now >= e then s, e = e, tonumber(ARGV[i + 2]) end
+    local s, e = num(ARGV[i]), num(ARGV[i + 1])
+    if now >= e then s, e = e, num(ARGV[i + 2]) end
     if now < s or now >= e then return nil end
     per[b] = {s, e}
   end
@@ -91,6 +108,8 @@ end
 -- and whether that is all of them.
 local function window(key)
   local got = redis.call('ZREVRANGE', key, 0, READ - 1, 'WITHSCORES')
+  -- Each score is read by every limit: parse it once.
+  for i = 2, #got, 2 do got[i] = tonumber(got[i]) end
   return got, #got < 2 * READ
 end
 
@@ -102,7 +121,7 @@ local function decide(ki, a, flags)
   local dry = math.floor(flags / 32) % 2 == 1
   local want = flags >= 64
   local id = ARGV[a]
-  local ns, nc = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local ns, nc = num(ARGV[a + 2]), num(ARGV[a + 3])
   if ns + nc == 0 then
     return {now, 1} -- nothing limits the message, so nothing is kept
   end
@@ -116,8 +135,8 @@ local function decide(ki, a, flags)
   -- The rate limits' keys and intervals; their TATs are read once the id is known new.
   local srt, crt
   local rk, ri = ki + 2, capfirst + 2 * nc + 3 * nb
-  if srate then srt, rk, ri = {key = KEYS[rk], every = tonumber(ARGV[ri])}, rk + 1, ri + 1 end
-  if crate then crt = {key = KEYS[rk], every = tonumber(ARGV[ri])} end
+  if srate then srt, rk, ri = {key = KEYS[rk], every = num(ARGV[ri])}, rk + 1, ri + 1 end
+  if crate then crt = {key = KEYS[rk], every = num(ARGV[ri])} end
 
   -- A scene without limits still keeps its ids (for duplicates) as long as the caps need them.
   local sfrom, skeep, sk
@@ -155,7 +174,7 @@ local function decide(ki, a, flags)
   local worst, tight
   local function check(key, got, whole, at, n, scope, rt)
     for j = 0, n - 1 do
-      local w, m = tonumber(ARGV[at + 2 * j]), tonumber(ARGV[at + 2 * j + 1])
+      local w, m = num(ARGV[at + 2 * j]), num(ARGV[at + 2 * j + 1])
       local c, reopen
       if w == 0 then
         -- A rate limit: the slots in use are the intervals up to the TAT; it admits
@@ -170,7 +189,7 @@ local function decide(ki, a, flags)
         from = now - w + 1
         if w < 0 then from, reopen = per[-w][1], per[-w][2] end
         c = 0
-        while 2 * c < #got and tonumber(got[2 * c + 2]) >= from do c = c + 1 end
+        while 2 * c < #got and got[2 * c + 2] >= from do c = c + 1 end
         if 2 * c == #got and not whole then
           c = redis.call('ZCOUNT', key, from, '+inf')
         end
@@ -210,7 +229,7 @@ local function decide(ki, a, flags)
   -- newest admission must stay a duplicate. (The cap window's members are only
   -- counted, so any of equal score may go.)
   local margin = 1000
-  local scard = #sgot / 2 + redis.call('ZADD', skey, now, id)
+  local scard = #sgot / 2 + redis.call('ZADD', skey, nowstr, id)
   if not swhole then
     redis.call('ZREMRANGEBYRANK', skey, 0, -(sk + 1))
   elseif scard > sk then
@@ -220,11 +239,11 @@ local function decide(ki, a, flags)
     end
     if #victims > 0 then redis.call('ZREM', skey, unpack(victims)) end
   end
-  redis.call('PEXPIRE', skey, skeep + margin)
+  redis.call('PEXPIRE', skey, ttl(skeep + margin))
   if cwin then
-    local ccard = #cgot / 2 + redis.call('ZADD', ckey, now, id)
+    local ccard = #cgot / 2 + redis.call('ZADD', ckey, nowstr, id)
     if ccard > ck or not cwhole then redis.call('ZREMRANGEBYRANK', ckey, 0, -(ck + 1)) end
-    redis.call('PEXPIRE', ckey, ckeep + margin)
+    redis.call('PEXPIRE', ckey, ttl(ckeep + margin))
   end
   if srt or crt then
     for _, rt in ipairs({srt or false, crt or false}) do
@@ -239,11 +258,11 @@ end
 
 local out, a, ki = {}, 1, 1
 while ki <= #KEYS do
-  local flags = tonumber(ARGV[a + 1])
+  local flags = num(ARGV[a + 1])
   local nb = math.floor(flags / 2) % 4
   local nr = math.floor(flags / 8) % 2 + math.floor(flags / 16) % 2
   out[#out + 1] = decide(ki, a, flags)
-  a = a + 4 + 2 * (tonumber(ARGV[a + 2]) + tonumber(ARGV[a + 3])) + 3 * nb + nr
+  a = a + 4 + 2 * (num(ARGV[a + 2]) + num(ARGV[a + 3])) + 3 * nb + nr
   ki = ki + 2 + nr
 end
 return out
