@@ -17,37 +17,74 @@ func benchEnvelope() []byte {
 }
 
 // BenchmarkParseMessage parses a 1 KB envelope: on the gate's hot path once
-// per message.
+// per message. scan is ParseMessage; json is the json.Unmarshal-based parse
+// it replaced (parseMessageJSON), for comparison in the same run.
 func BenchmarkParseMessage(b *testing.B) {
 	data := benchEnvelope()
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := ParseMessage(data, "", 0); err != nil {
-			b.Fatal(err)
-		}
+	for _, bc := range []struct {
+		name  string
+		parse func([]byte, string, string, int) (Message, error)
+	}{{"scan", parseMessage}, {"json", parseMessageJSON}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bc.parse(data, "", "", 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
 // BenchmarkParseDelivery parses the same 1 KB envelope as a delivery: with
 // the producer's Nats-Msg-Id, Gate-Scene, Gate-Recipient and Gate-Priority
 // headers (the header fast path, which does not decode the body), and
-// without them (the body path, ParseMessage).
+// without them (the body path, ParseMessage; body-json is that path as it
+// was, on json.Unmarshal).
 func BenchmarkParseDelivery(b *testing.B) {
 	data := benchEnvelope()
 	for _, bc := range []struct {
 		name string
 		d    Delivery
+		json bool
 	}{
 		{"headers", Delivery{Data: data, HeaderID: "7f1c4d8e-2b3a-4c5d-9e8f-0a1b2c3d4e5f", HeaderScene: "alert.disk_full",
-			HeaderRecipient: "open_id:ou_84aad35d084aa403a838cf73ee18467a", HeaderPriority: "normal"}},
-		{"body", Delivery{Data: data}},
+			HeaderRecipient: "open_id:ou_84aad35d084aa403a838cf73ee18467a", HeaderPriority: "normal"}, false},
+		{"body", Delivery{Data: data}, false},
+		{"body-json", Delivery{Data: data}, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := ParseDelivery(bc.d, 0); err != nil {
+				var err error
+				if bc.json {
+					_, err = parseMessageJSON(bc.d.Data, bc.d.HeaderID, bc.d.HeaderTZ, 0)
+				} else {
+					_, err = ParseDelivery(bc.d, 0)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkParseCheck parses the body of a check with every field: scan is
+// ParseCheck, json the json.Decoder-based parse it replaced.
+func BenchmarkParseCheck(b *testing.B) {
+	data := []byte(`{"id":"7f1c4d8e-2b3a-4c5d-9e8f-0a1b2c3d4e5f","scene":"alert.disk_full","receive_id_type":"open_id",` +
+		`"receive_id":"ou_84aad35d084aa403a838cf73ee18467a","priority":"normal","tz":"Asia/Shanghai","dry_run":true}`)
+	for _, bc := range []struct {
+		name  string
+		parse func([]byte) (CheckRequest, error)
+	}{{"scan", ParseCheck}, {"json", parseCheckJSON}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bc.parse(data); err != nil {
 					b.Fatal(err)
 				}
 			}

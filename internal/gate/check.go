@@ -1,11 +1,8 @@
 package gate
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"time"
 )
 
@@ -23,18 +20,6 @@ type CheckRequest struct {
 	DryRun bool
 }
 
-// checkEnvelope is the JSON of a check: the envelope's fields a decision
-// reads (no uuid alias, no content) and dry_run.
-type checkEnvelope struct {
-	ID            *string `json:"id"`
-	Scene         *string `json:"scene"`
-	ReceiveIDType *string `json:"receive_id_type"`
-	ReceiveID     *string `json:"receive_id"`
-	Priority      *string `json:"priority"`
-	TZ            *string `json:"tz"`
-	DryRun        *bool   `json:"dry_run"`
-}
-
 // ParseCheck decodes the body of a check. Its fields are held to the checks
 // of a message envelope (ParseMessage): the same lengths, UTF-8, control
 // characters, id types, priorities and zones. Unlike an envelope, a field
@@ -45,22 +30,20 @@ func ParseCheck(data []byte) (CheckRequest, error) {
 	if err := checkBody(data, MaxCheckBytes, "UTF-8 JSON"); err != nil {
 		return CheckRequest{}, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var ce checkEnvelope
-	if err := dec.Decode(&ce); err != nil {
-		return CheckRequest{}, invalidf("check is not a JSON object of its fields: %s", jsonReason(err))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	s := envScan{data: data, fields: checkFields, stream: true}
+	switch outcome, reason := s.run(); outcome {
+	case scanSyntax, scanBadField:
+		return CheckRequest{}, invalidf("check is not a JSON object of its fields: %s", reason)
+	case scanTrailing:
 		return CheckRequest{}, invalidf("check has data after its JSON object")
 	}
-	env := envelope{ID: ce.ID, Scene: ce.Scene, ReceiveIDType: ce.ReceiveIDType, ReceiveID: ce.ReceiveID,
-		Priority: ce.Priority, TZ: ce.TZ}
+	env := envelope{ID: s.text(chkID), Scene: s.text(chkScene), ReceiveIDType: s.text(chkReceiveIDType),
+		ReceiveID: s.text(chkReceiveID), Priority: s.text(chkPriority), TZ: s.text(chkTZ)}
 	m, err := env.message(nil, "", "")
 	if err != nil {
 		return CheckRequest{}, err
 	}
-	return CheckRequest{Message: m, DryRun: ce.DryRun != nil && *ce.DryRun}, nil
+	return CheckRequest{Message: m, DryRun: s.vals[chkDryRun].kind == valTrue}, nil
 }
 
 // CheckLimit is the limit a check answer names: the one that refused it, or

@@ -3,6 +3,7 @@ package gate
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -199,6 +200,85 @@ func unquote(q []byte) string {
 		panic("gate: unquote of a scanned string: " + err.Error())
 	}
 	return v
+}
+
+// raw is field f's string as the body holds it, nil when absent.
+func (s *envScan) raw(f int) []byte {
+	v := s.vals[f]
+	if v.kind != valString {
+		return nil
+	}
+	return s.data[v.start:v.end]
+}
+
+// envelope is the envelope a scan with envelopeFields found; withTZ says
+// whether the tz field is read (a Gate-TZ header wins over it). The plain
+// values the message keeps share one allocation; the id type and priority
+// are their constants when known, as they nearly always are.
+func (s *envScan) envelope(withTZ bool) envelope {
+	kept := [...]int{envID, envUUID, envScene, envReceiveID, envTZ}
+	if !withTZ {
+		kept[len(kept)-1] = -1
+	}
+	n := 0
+	for _, f := range kept {
+		if f >= 0 && !s.vals[f].escaped {
+			n += len(s.raw(f))
+		}
+	}
+	var b strings.Builder
+	b.Grow(n)
+	var at [len(kept)][2]int
+	for k, f := range kept {
+		if f >= 0 && !s.vals[f].escaped {
+			at[k][0] = b.Len()
+			b.Write(s.raw(f))
+			at[k][1] = b.Len()
+		}
+	}
+	all := b.String()
+	var vs [len(kept)]string
+	for k, f := range kept {
+		switch {
+		case f < 0:
+		case s.vals[f].escaped:
+			vs[k] = unquote(s.data[s.vals[f].start-1 : s.vals[f].end+1])
+		default:
+			vs[k] = all[at[k][0]:at[k][1]]
+		}
+	}
+	return envelope{ID: vs[0], UUID: vs[1], Scene: vs[2], ReceiveID: vs[3], TZ: vs[4],
+		ReceiveIDType: s.known(envReceiveIDType), Priority: s.known(envPriority)}
+}
+
+// known is field f's string, without an allocation when it is a known
+// receive_id_type or priority.
+func (s *envScan) known(f int) string {
+	if v := s.vals[f]; v.kind != valString || v.escaped {
+		return s.text(f)
+	}
+	switch b := s.raw(f); string(b) {
+	case "open_id":
+		return "open_id"
+	case "user_id":
+		return "user_id"
+	case "union_id":
+		return "union_id"
+	case "email":
+		return "email"
+	case "chat_id":
+		return "chat_id"
+	case "low":
+		return "low"
+	case "normal":
+		return "normal"
+	case "high":
+		return "high"
+	case "urgent":
+		return "urgent"
+	default:
+		return string(b)
+	}
 }
 
 // text is field f's string, unescaped: "" when absent.

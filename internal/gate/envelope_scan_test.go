@@ -14,9 +14,9 @@ import (
 	"testing"
 )
 
-// The reference a scan must match: json.Unmarshal into pointer fields for
-// a message, a json.Decoder with DisallowUnknownFields then a check for EOF
-// for a check.
+// The json-based parse the scan replaced, kept as the reference it must
+// match: json.Unmarshal into pointer fields for a message, a json.Decoder
+// with DisallowUnknownFields then a check for EOF for a check.
 
 // jsonEnvelope is the envelope as json.Unmarshal decodes it.
 type jsonEnvelope struct {
@@ -38,6 +38,58 @@ type jsonCheckEnvelope struct {
 	Priority      *string `json:"priority"`
 	TZ            *string `json:"tz"`
 	DryRun        *bool   `json:"dry_run"`
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func jsonReason(err error) string {
+	var te *json.UnmarshalTypeError
+	if ok := asTypeError(err, &te); ok {
+		return fmt.Sprintf("field %q must be a %s, not a %s", te.Field, te.Type.Kind(), te.Value)
+	}
+	return err.Error()
+}
+
+// parseMessageJSON is parseMessage as it was, on json.Unmarshal.
+func parseMessageJSON(data []byte, headerID, headerTZ string, maxBytes int) (Message, error) {
+	if err := checkBody(data, maxBytes, "UTF-8 JSON"); err != nil {
+		return Message{}, err
+	}
+	var je jsonEnvelope
+	if err := json.Unmarshal(data, &je); err != nil {
+		return Message{}, invalidf("message is not a JSON object: %s", jsonReason(err))
+	}
+	env := envelope{ID: deref(je.ID), UUID: deref(je.UUID), Scene: deref(je.Scene), ReceiveIDType: deref(je.ReceiveIDType),
+		ReceiveID: deref(je.ReceiveID), Priority: deref(je.Priority), TZ: deref(je.TZ)}
+	return env.message(data, headerID, headerTZ)
+}
+
+// parseCheckJSON is ParseCheck as it was, on a json.Decoder.
+func parseCheckJSON(data []byte) (CheckRequest, error) {
+	if err := checkBody(data, MaxCheckBytes, "UTF-8 JSON"); err != nil {
+		return CheckRequest{}, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var ce jsonCheckEnvelope
+	if err := dec.Decode(&ce); err != nil {
+		return CheckRequest{}, invalidf("check is not a JSON object of its fields: %s", jsonReason(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return CheckRequest{}, invalidf("check has data after its JSON object")
+	}
+	env := envelope{ID: deref(ce.ID), Scene: deref(ce.Scene), ReceiveIDType: deref(ce.ReceiveIDType),
+		ReceiveID: deref(ce.ReceiveID), Priority: deref(ce.Priority), TZ: deref(ce.TZ)}
+	m, err := env.message(nil, "", "")
+	if err != nil {
+		return CheckRequest{}, err
+	}
+	return CheckRequest{Message: m, DryRun: ce.DryRun != nil && *ce.DryRun}, nil
 }
 
 // scanMatchesJSON fails unless a scan captures what json decodes from data,
@@ -95,12 +147,25 @@ func scanMatchesJSON(t *testing.T, data []byte) {
 	}
 }
 
-// matchesJSON is scanMatchesJSON for any data: the scan only ever reads
-// a body that passed checkBody.
-func matchesJSON(t *testing.T, data []byte) {
+// matchesJSON fails unless the scan and the json-based parses give the
+// same message and check, or the same error word for word, for data.
+func matchesJSON(t *testing.T, data []byte, headerID, headerTZ string) {
 	t.Helper()
 	if checkBody(data, 0, "") == nil {
 		scanMatchesJSON(t, data)
+	}
+	got, err := parseMessage(data, headerID, headerTZ, 0)
+	want, werr := parseMessageJSON(data, headerID, headerTZ, 0)
+	if fmt.Sprint(err) != fmt.Sprint(werr) || !reflect.DeepEqual(got, want) {
+		t.Fatalf("parseMessage(%q, %q, %q)\n got %+v, %v\nwant %+v, %v", data, headerID, headerTZ, got, err, want, werr)
+	}
+	if err != nil && !IsInvalid(err) {
+		t.Fatalf("parseMessage(%q): %v is not an InvalidError", data, err)
+	}
+	gotC, err := ParseCheck(data)
+	wantC, werr := parseCheckJSON(data)
+	if fmt.Sprint(err) != fmt.Sprint(werr) || !reflect.DeepEqual(gotC, wantC) {
+		t.Fatalf("ParseCheck(%q)\n got %+v, %v\nwant %+v, %v", data, gotC, err, wantC, werr)
 	}
 }
 
@@ -166,28 +231,48 @@ var envelopeCases = []string{
 
 func TestEnvelopeScanMatchesJSON(t *testing.T) {
 	for _, c := range envelopeCases {
-		matchesJSON(t, []byte(c))
+		for _, h := range [][2]string{{"", ""}, {"h1", ""}, {"", "Asia/Shanghai"}} {
+			matchesJSON(t, []byte(c), h[0], h[1])
+		}
 	}
 	deep := func(n int, open, close string) []byte {
 		return []byte(`{"id":"a","scene":"s","receive_id":"r","content":` + strings.Repeat(open, n) + strings.Repeat(close, n) + `}`)
 	}
 	// json refuses a value nested deeper than 10000, the top object counted.
 	for _, n := range []int{maxNestingDepth - 1, maxNestingDepth, maxNestingDepth + 5} {
-		matchesJSON(t, deep(n, "[", "]"))
-		matchesJSON(t, deep(n, `{"a":`, "}"))
-		matchesJSON(t, bytes.Repeat([]byte("["), n))
+		matchesJSON(t, deep(n, "[", "]"), "", "")
+		matchesJSON(t, deep(n, `{"a":`, "}"), "", "")
+		matchesJSON(t, bytes.Repeat([]byte("["), n), "", "")
 	}
-	matchesJSON(t, benchEnvelope())
+	matchesJSON(t, benchEnvelope(), "", "")
 	// Every escape a \u may spell, in a key and in a value.
 	for r := rune(0); r < 0x10000; r += 7 {
-		matchesJSON(t, fmt.Appendf(nil, `{"id":"a\u%04x","scene":"s","receive_id":"r","\u%04x":1}`, r, r))
+		matchesJSON(t, fmt.Appendf(nil, `{"id":"a\u%04x","scene":"s","receive_id":"r","\u%04x":1}`, r, r), "", "")
 	}
 }
 
-// FuzzEnvelopeMatchesJSON holds the scan to encoding/json: the same
-// fields or the same error, word for word, for any body that passes
-// checkBody, as json.Unmarshal and as a check's json.Decoder read it. It
-// starts from FuzzParseMessage's corpus.
+// TestEnvelopeScanKeepsNoBody: a message's fields do not share memory
+// with the body, which the transport owns.
+func TestEnvelopeScanKeepsNoBody(t *testing.T) {
+	data := []byte(`{"id":"m1","scene":"s","receive_id":"ou_1","tz":"Asia/Shanghai"}`)
+	m, err := ParseMessage(data, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range data {
+		if data[i] != '"' && data[i] != ':' && data[i] != ',' && data[i] != '{' && data[i] != '}' {
+			data[i] = 'z'
+		}
+	}
+	if m.ID != "m1" || m.Scene != "s" || m.ReceiveID != "ou_1" || m.TZ != "Asia/Shanghai" {
+		t.Fatalf("the message changed with the body: %+v", m)
+	}
+}
+
+// FuzzEnvelopeMatchesJSON holds the scan to the json-based parse it
+// replaced: the same message or the same error, word for word, for any
+// body, for ParseMessage (with a Nats-Msg-Id and a Gate-TZ header) and for
+// ParseCheck. It starts from FuzzParseMessage's corpus.
 func FuzzEnvelopeMatchesJSON(f *testing.F) {
 	for _, c := range envelopeCases {
 		f.Add([]byte(c), "", "")
@@ -206,7 +291,7 @@ func FuzzEnvelopeMatchesJSON(f *testing.F) {
 		f.Add(data, hdr, "")
 	}
 	f.Fuzz(func(t *testing.T, data []byte, headerID, headerTZ string) {
-		matchesJSON(t, data)
+		matchesJSON(t, data, headerID, headerTZ)
 	})
 }
 

@@ -2,8 +2,6 @@ package gate
 
 import (
 	"bytes"
-	"encoding/json"
-	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -68,19 +66,13 @@ type Message struct {
 // Recipient is the key of a message's recipient: receive_id_type:receive_id.
 func (m Message) Recipient() string { return m.ReceiveIDType + ":" + m.ReceiveID }
 
-// envelope mirrors the JSON a producer publishes, as far as the gate reads
-// it. It has no field for content or msg_type: the gate never interprets
-// them (any JSON value passes, as for every field it does not know), the
-// header fast path could not check them, and content would copy up to
-// 150 KB per message.
+// envelope is the JSON a producer publishes, as far as the gate reads it:
+// each field "" when absent or null. It has no field for content or
+// msg_type: the gate never interprets them (any JSON value passes, as for
+// every field it does not know), the header fast path could not check them,
+// and content would copy up to 150 KB per message.
 type envelope struct {
-	ID            *string `json:"id"`
-	UUID          *string `json:"uuid"`
-	Scene         *string `json:"scene"`
-	ReceiveIDType *string `json:"receive_id_type"`
-	ReceiveID     *string `json:"receive_id"`
-	Priority      *string `json:"priority"`
-	TZ            *string `json:"tz"`
+	ID, UUID, Scene, ReceiveIDType, ReceiveID, Priority, TZ string
 }
 
 // ParseMessage decodes an envelope. headerID is the Nats-Msg-Id header, used
@@ -103,50 +95,51 @@ func parseMessage(data []byte, headerID, headerTZ string, maxBytes int) (Message
 	if err := checkBody(data, maxBytes, "UTF-8 JSON"); err != nil {
 		return Message{}, err
 	}
-	var env envelope
-	if err := json.Unmarshal(data, &env); err != nil {
-		return Message{}, invalidf("message is not a JSON object: %s", jsonReason(err))
+	s := envScan{data: data, fields: envelopeFields}
+	if outcome, reason := s.run(); outcome != scanOK {
+		return Message{}, invalidf("message is not a JSON object: %s", reason)
 	}
+	env := s.envelope(headerTZ == "")
 	return env.message(data, headerID, headerTZ)
 }
 
-// message checks the fields of a decoded envelope (and the headers that
+// message checks the fields of a read envelope (and the headers that
 // stand in for them) and returns the Message they make, raw its bytes. A
 // check (ParseCheck) is held to the same checks through it.
 func (env *envelope) message(raw []byte, headerID, headerTZ string) (Message, error) {
 	m := Message{Raw: raw}
 	var err error
-	idField, id := "id", deref(env.ID)
+	idField, id := "id", env.ID
 	switch {
 	case id != "":
-	case deref(env.UUID) != "":
-		idField, id = "uuid", deref(env.UUID)
+	case env.UUID != "":
+		idField, id = "uuid", env.UUID
 	case headerID != "":
 		idField, id = "id (the "+MsgIDHeader+" header)", headerID
 	}
 	if m.ID, err = requireField(idField, id, MaxIDBytes); err != nil {
 		return Message{}, err
 	}
-	if m.Scene, err = requireField("scene", deref(env.Scene), MaxSceneBytes); err != nil {
+	if m.Scene, err = requireField("scene", env.Scene, MaxSceneBytes); err != nil {
 		return Message{}, err
 	}
 	// From here on an invalid message still names its scene, so reports can
 	// count it where it belongs.
 	scene := Message{Scene: m.Scene}
-	if m.ReceiveID, err = requireField("receive_id", deref(env.ReceiveID), MaxReceiveIDBytes); err != nil {
+	if m.ReceiveID, err = requireField("receive_id", env.ReceiveID, MaxReceiveIDBytes); err != nil {
 		return scene, err
 	}
-	m.ReceiveIDType = deref(env.ReceiveIDType)
+	m.ReceiveIDType = env.ReceiveIDType
 	if m.ReceiveIDType == "" {
 		m.ReceiveIDType = "open_id" // Feishu's default id type
 	}
 	if err := checkReceiveIDType("", m.ReceiveIDType); err != nil {
 		return scene, err
 	}
-	if m.Priority, err = parsePriority("priority", deref(env.Priority)); err != nil {
+	if m.Priority, err = parsePriority("priority", env.Priority); err != nil {
 		return scene, err
 	}
-	tzField, tz := "tz", deref(env.TZ)
+	tzField, tz := "tz", env.TZ
 	if headerTZ != "" {
 		tzField, tz = TZHeader+" header", headerTZ
 	}
@@ -220,13 +213,6 @@ func requireField(name, v string, max int) (string, error) {
 	return v, nil
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
 // clip shortens untrusted text before it goes into an error message.
 func clip(s string) string {
 	const max = 64
@@ -234,14 +220,6 @@ func clip(s string) string {
 		return s
 	}
 	return s[:max] + "…"
-}
-
-func jsonReason(err error) string {
-	var te *json.UnmarshalTypeError
-	if ok := asTypeError(err, &te); ok {
-		return fmt.Sprintf("field %q must be a %s, not a %s", te.Field, te.Type.Kind(), te.Value)
-	}
-	return err.Error()
 }
 
 // Headers a producer may set on an inbound message so that the gate decides
