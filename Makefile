@@ -35,7 +35,7 @@ test:
 	echo "make test: services ready; running go test $(TESTFLAGS) $(PKGS)"; \
 	$(GO) vet $(PKGS); \
 	$(GO) test $(TESTFLAGS) $(PKGS); \
-	$(GO) test -run '^$$' -fuzz '^FuzzParseMessage$$' -fuzztime 150000x ./internal/gate; $(GO) test -run '^$$' -fuzz '^FuzzParseDelivery$$' -fuzztime 300000x ./internal/gate; $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 100000x ./internal/rules; $(GO) test -run '^$$' -fuzz '^FuzzCommitParsed$$' -fuzztime 1000x -fuzzminimizetime 1s ./internal/gormstore; \
+	$(GO) test -run '^$$' -fuzz '^FuzzParseMessage$$' -fuzztime 150000x ./internal/gate; $(GO) test -run '^$$' -fuzz '^FuzzParseDelivery$$' -fuzztime 300000x ./internal/gate; $(GO) test -run '^$$' -fuzz '^FuzzEnvelopeMatchesJSON$$' -fuzztime 300000x ./internal/gate; $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 100000x ./internal/rules; $(GO) test -run '^$$' -fuzz '^FuzzCommitParsed$$' -fuzztime 1000x -fuzzminimizetime 1s ./internal/gormstore; \
 	echo "make test: Nacos tests without -race (nacos-sdk-go races internally; see cmd/gate/nacos_test.go)"; \
 	$(GO) test -count=1 -timeout 10m -run 'Nacos' ./cmd/gate
 
