@@ -21,7 +21,9 @@ type call struct {
 // each, and returns the gate's time its calendar periods were computed from
 // (zero when it has no calendar limits). It is on the hot path: the keys and
 // arguments of the whole batch share one allocation each, and the gate's
-// clock is read only when a request has calendar limits.
+// clock is read only when a request has calendar limits. A call sends each
+// distinct limit set (limits and caps) of its requests once, first; a
+// request names its set by number.
 func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) (calls []call, now time.Time, err error) {
 	nargs, nkeys, clock := 0, 0, false
 	rts := make([]rates, len(reqs))
@@ -32,7 +34,8 @@ func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) (calls []call,
 		_, nc := calendarsOf(&reqs[i])
 		rts[i] = ratesOf(&reqs[i])
 		nr := rts[i].n()
-		nargs += 4 + 2*(len(reqs[i].Limits)+len(reqs[i].Caps)) + 3*nc + nr
+		// At most: its own limit set, and its member, flags and set number.
+		nargs += 2 + 2*(len(reqs[i].Limits)+len(reqs[i].Caps)) + 3 + 3*nc + nr
 		nkeys += 2 + nr
 		clock = clock || nc > 0
 	}
@@ -40,15 +43,29 @@ func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) (calls []call,
 		now = s.now()
 	}
 	perCall = max(perCall, 1)
-	calls = make([]call, 0, (len(reqs)+perCall-1)/perCall)
+	ncalls := (len(reqs) + perCall - 1) / perCall
+	calls = make([]call, 0, ncalls)
 	keys := make([]string, 0, nkeys)
-	args := make([]any, 0, nargs)
+	args := make([]any, 0, nargs+ncalls)
+	set := make([]int, len(reqs)) // each request's limit set, from 1
+	var firsts []int              // the request that brought each set of a call
 	for lo := 0; lo < len(reqs); lo += perCall {
 		hi := min(lo+perCall, len(reqs))
 		start, kstart := len(args), len(keys)
+		args = append(args, 0) // the number of limit sets, once known
+		firsts = firsts[:0]
+		for i := lo; i < hi; i++ {
+			set[i] = 1 + slices.IndexFunc(firsts, func(j int) bool { return sameSet(&reqs[j], &reqs[i]) })
+			if set[i] == 0 {
+				firsts = append(firsts, i)
+				set[i] = len(firsts)
+				args = appendSet(args, &reqs[i])
+			}
+		}
+		args[start] = len(firsts)
 		for i := lo; i < hi; i++ {
 			keys = s.appendKeys(keys, &reqs[i], rts[i])
-			args = appendArgs(args, &reqs[i], rts[i], now)
+			args = appendArgs(args, &reqs[i], rts[i], set[i], now)
 		}
 		calls = append(calls, call{lo: lo, hi: hi, keys: keys[kstart:len(keys):len(keys)], args: args[start:len(args):len(args)]})
 	}
@@ -104,13 +121,28 @@ const (
 	flagTightest  = 64
 )
 
-// appendArgs appends the ARGV of admit.lua: member, flags, #limits, #caps,
-// then (window, max) pairs, limits first, then a triple of period bounds
-// per calendar the limits name, then the emission intervals of the rate
-// limits (rt). now is the gate's clock, read when r has calendar limits. A
-// request without calendar or rate limits, not a dry run and not asking
-// for the tightest limit, sends what it sent before they existed.
-func appendArgs(args []any, r *gate.AdmitRequest, rt rates, now time.Time) []any {
+// sameSet reports whether a and b have the same limits and caps, which
+// admit.lua then reads from one limit set.
+func sameSet(a, b *gate.AdmitRequest) bool {
+	return slices.Equal(a.Limits, b.Limits) && slices.Equal(a.Caps, b.Caps)
+}
+
+// appendSet appends r's limit set to the ARGV of admit.lua: #limits, #caps,
+// then (window, max) pairs, limits first.
+func appendSet(args []any, r *gate.AdmitRequest) []any {
+	cals, nc := calendarsOf(r)
+	args = append(args, len(r.Limits), len(r.Caps))
+	args = appendPairs(args, r.Limits, cals[:nc])
+	return appendPairs(args, r.Caps, cals[:nc])
+}
+
+// appendArgs appends the ARGV of admit.lua for r: member, flags, its limit
+// set's number (from 1), then a triple of period bounds per calendar the
+// limits name, then the emission intervals of the rate limits (rt). now is
+// the gate's clock, read when r has calendar limits. A request without
+// calendar or rate limits, not a dry run and not asking for the tightest
+// limit, sends only its member, flags 0 or 1 and its set.
+func appendArgs(args []any, r *gate.AdmitRequest, rt rates, set int, now time.Time) []any {
 	cals, nc := calendarsOf(r)
 	flags := 2 * nc
 	if r.Force {
@@ -128,9 +160,7 @@ func appendArgs(args []any, r *gate.AdmitRequest, rt rates, now time.Time) []any
 	if r.WantTightest {
 		flags += flagTightest
 	}
-	args = append(args, member(r.ID), flags, len(r.Limits), len(r.Caps))
-	args = appendPairs(args, r.Limits, cals[:nc])
-	args = appendPairs(args, r.Caps, cals[:nc])
+	args = append(args, member(r.ID), flags, set)
 	for _, c := range cals[:nc] {
 		start, end, end2 := periods(c, now, r.Zone)
 		args = append(args, start, end, end2)

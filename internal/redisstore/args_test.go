@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -21,16 +22,26 @@ func TestBuildCalls(t *testing.T) {
 		{ID: "b", Recipient: "open_id:y", Scene: "t"},
 		{ID: "c", Recipient: "open_id:z", Scene: "u", Limits: []gate.Limit{{Window: time.Second, Max: 2}}},
 	}
-	ka, aa := []string{"p:{open_id:x}:s:s", "p:{open_id:x}:c"}, []any{member("a"), 1, 2, 1, int64(3600000), 1, int64(2), 3, int64(86400000), 20}
-	kb, ab := []string{"p:{open_id:y}:s:t", "p:{open_id:y}:c"}, []any{member("b"), 0, 0, 0}
-	kc, ac := []string{"p:{open_id:z}:s:u", "p:{open_id:z}:c"}, []any{member("c"), 0, 1, 0, int64(1000), 2}
+	// A call starts with its limit sets, each sent once; a request names its
+	// set by number, from 1.
+	ka, sa := []string{"p:{open_id:x}:s:s", "p:{open_id:x}:c"}, []any{2, 1, int64(3600000), 1, int64(2), 3, int64(86400000), 20}
+	kb, sb := []string{"p:{open_id:y}:s:t", "p:{open_id:y}:c"}, []any{0, 0}
+	kc, sc := []string{"p:{open_id:z}:s:u", "p:{open_id:z}:c"}, []any{1, 0, int64(1000), 2}
+	a := func(set int) []any { return []any{member("a"), 1, set} }
+	b := func(set int) []any { return []any{member("b"), 0, set} }
+	c := func(set int) []any { return []any{member("c"), 0, set} }
 	tests := []struct {
 		perCall int
 		want    []call
 	}{
-		{1, []call{{lo: 0, hi: 1, keys: ka, args: aa}, {lo: 1, hi: 2, keys: kb, args: ab}, {lo: 2, hi: 3, keys: kc, args: ac}}},
-		{2, []call{{lo: 0, hi: 2, keys: concat(ka, kb), args: concat(aa, ab)}, {lo: 2, hi: 3, keys: kc, args: ac}}},
-		{64, []call{{lo: 0, hi: 3, keys: concat(ka, kb, kc), args: concat(aa, ab, ac)}}},
+		{1, []call{
+			{lo: 0, hi: 1, keys: ka, args: concat([]any{1}, sa, a(1))},
+			{lo: 1, hi: 2, keys: kb, args: concat([]any{1}, sb, b(1))},
+			{lo: 2, hi: 3, keys: kc, args: concat([]any{1}, sc, c(1))}}},
+		{2, []call{
+			{lo: 0, hi: 2, keys: concat(ka, kb), args: concat([]any{2}, sa, sb, a(1), b(2))},
+			{lo: 2, hi: 3, keys: kc, args: concat([]any{1}, sc, c(1))}}},
+		{64, []call{{lo: 0, hi: 3, keys: concat(ka, kb, kc), args: concat([]any{3}, sa, sb, sc, a(1), b(2), c(3))}}},
 	}
 	for _, tt := range tests {
 		calls, _, err := s.buildCalls(reqs, tt.perCall)
@@ -71,9 +82,12 @@ func TestBuildCallsRate(t *testing.T) {
 			"p:{open_id:w}:s:v", "p:{open_id:w}:c", "p:{open_id:w}:gc",
 			"p:{open_id:z}:s:u", "p:{open_id:z}:c"},
 		args: []any{
-			member("d"), flagDryRun + flagSceneRate + flagCapRate, 2, 1, int64(3600000), 1, 0, 3, 0, 10, int64(600000), int64(120000),
-			member("e"), 1 + flagCapRate, 0, 1, 0, 1, int64(1000),
-			member("c"), 0, 1, 0, int64(1000), 2,
+			3, 2, 1, int64(3600000), 1, 0, 3, 0, 10, // the limit sets
+			0, 1, 0, 1,
+			1, 0, int64(1000), 2,
+			member("d"), flagDryRun + flagSceneRate + flagCapRate, 1, int64(600000), int64(120000),
+			member("e"), 1 + flagCapRate, 2, int64(1000),
+			member("c"), 0, 3,
 		}}
 	calls, _, err := s.buildCalls(reqs, perCallSingle)
 	if err != nil {
@@ -81,6 +95,37 @@ func TestBuildCallsRate(t *testing.T) {
 	}
 	if len(calls) != 1 || !equalCall(calls[0], want) {
 		t.Fatalf("calls = %#v, want %#v", calls, want)
+	}
+}
+
+// Requests of equal limits and caps share one limit set, sent once, even
+// when their slices differ; the same limits under other caps make another.
+func TestBuildCallsSharedSets(t *testing.T) {
+	s, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}), Options{KeyPrefix: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := []gate.Limit{{Window: 24 * time.Hour, Max: 20}}
+	reqs := []gate.AdmitRequest{
+		{ID: "a", Recipient: "open_id:x", Scene: "s", Limits: []gate.Limit{{Window: time.Hour, Max: 1}}, Caps: day},
+		{ID: "b", Recipient: "open_id:y", Scene: "s", Limits: []gate.Limit{{Window: time.Hour, Max: 1}}, Caps: slices.Clone(day)},
+		{ID: "c", Recipient: "open_id:y", Scene: "s", Limits: []gate.Limit{{Window: time.Hour, Max: 1}}},
+		{ID: "d", Recipient: "open_id:x", Scene: "s", Force: true, Limits: []gate.Limit{{Window: time.Hour, Max: 1}}, Caps: day},
+	}
+	calls, _, err := s.buildCalls(reqs, perCallSingle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []any{
+		2, 1, 1, int64(3600000), 1, int64(86400000), 20, // the limit sets
+		1, 0, int64(3600000), 1,
+		member("a"), 0, 1,
+		member("b"), 0, 1,
+		member("c"), 0, 2,
+		member("d"), 1, 1,
+	}
+	if len(calls) != 1 || !equalCall(calls[0], call{lo: 0, hi: 4, keys: calls[0].keys, args: want}) {
+		t.Fatalf("calls = %#v, want args %#v", calls, want)
 	}
 }
 

@@ -65,7 +65,8 @@ func TestPeriods(t *testing.T) {
 }
 
 // A calendar limit sends its periods once per calendar, named by -k in its
-// pair; a rolling-only request sends what it sent before calendars existed.
+// pair; a rolling-only request sends no periods and its batch does not read
+// the gate's clock.
 func TestBuildCallsCalendar(t *testing.T) {
 	s, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}), Options{KeyPrefix: "p"})
 	if err != nil {
@@ -86,10 +87,12 @@ func TestBuildCallsCalendar(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := concat(
-		[]any{member("a"), 1 + 2*2, 3, 1, -1, 10, int64(3600000), 1, -2, 3, -2, 20,
+		[]any{2, 3, 1, -1, 10, int64(3600000), 1, -2, 3, -2, 20}, // the limit sets
+		[]any{1, 0, int64(1000), 2},
+		[]any{member("a"), 1 + 2*2, 1,
 			ms(2031, 3, 3), ms(2031, 3, 10), ms(2031, 3, 17), // week
 			ms(2031, 3, 5), ms(2031, 3, 6), ms(2031, 3, 7)}, // day
-		[]any{member("b"), 0, 1, 0, int64(1000), 2},
+		[]any{member("b"), 0, 2},
 	)
 	if len(calls) != 1 || !equalCall(calls[0], call{lo: 0, hi: 2, keys: calls[0].keys, args: want}) {
 		t.Fatalf("calls = %#v, want args %#v", calls, want)
