@@ -3,6 +3,7 @@ package gormstore
 import (
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,22 +36,19 @@ func freshStatement(p *paramSeq) string {
 	const first = ` WHERE (SELECT n FROM ledgered) > 0`
 	return `WITH claimed AS (
 	INSERT INTO decisions ("key", outcome, decided_at, scene, recipient, priority, tz)
-	SELECT * FROM unnest(` + p.arrays("text", "text", "timestamptz", "text", "text", "text", "text") + `)
+	SELECT ` + p.unnests("", "text", "text", "timestamptz", "text", "text", "text", "text") + `
 	RETURNING 1
 ), ledgered AS (
 	SELECT count(*) AS n FROM claimed
 ), audited AS (
 	INSERT INTO suppressions (message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
 		limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
-	SELECT * FROM unnest(` + p.arrays("text", "text", "text", "text", "text", "bigint", "integer", "text", "bigint", "integer",
-		"boolean", "text", "text", "timestamptz", "timestamptz", "text", "text") + `)
-		AS s(message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-		limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)` + first + `
-	ORDER BY message_id
+	SELECT ` + p.unnests("", "text", "text", "text", "text", "text", "bigint", "integer", "text", "bigint", "integer",
+		"boolean", "text", "text", "timestamptz", "timestamptz", "text", "text") + first + `
+	ORDER BY 1
 ), holds AS (
-	SELECT * FROM unnest(` + p.arrays("text", "text", "text", "text", "text", "text", "text", "bigint",
-		"timestamptz", "timestamptz", "timestamptz", "text", "text", "bytea") + `)
-		AS h(` + heldColumns + `)
+	SELECT ` + p.unnests(heldColumns, "text", "text", "text", "text", "text", "text", "text", "bigint",
+		"timestamptz", "timestamptz", "timestamptz", "text", "text", "bytea") + `
 ), ` + queueRows(first) + `, kept AS (
 	INSERT INTO held (` + heldColumns + `)
 	SELECT ` + heldColumns + ` FROM holds, queues_locked
@@ -62,6 +60,26 @@ SELECT scene, hour, ` + eachCounter("%s", ", ") + `
 FROM unnest(` + p.arrays(append([]string{"text", "timestamptz"}, slices.Repeat([]string{"bigint"}, gate.NumCounters)...)...) + `)
 	AS c(scene, hour, ` + eachCounter("%s", ", ") + `), queues_locked
 ORDER BY scene COLLATE "C", hour` + addCounts
+}
+
+// unnests is "unnest($n::t1[]) AS name1, unnest($n+1::t2[]) AS name2, …",
+// one parameter per type, named by names (comma-separated) unless empty.
+// In the select list, PostgreSQL hands the arrays' elements on one row at
+// a time (ProjectSet) and zips them as unnest(a, b, …) does; unnest() in
+// FROM first copied each array into a tuplestore of its own.
+func (p *paramSeq) unnests(names string, types ...string) string {
+	var as []string
+	if names != "" {
+		as = strings.Split(names, ", ")
+	}
+	parts := strings.Split(p.arrays(types...), ", ")
+	for i := range parts {
+		parts[i] = "unnest(" + parts[i] + ")"
+		if as != nil {
+			parts[i] += " AS " + as[i]
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // freshArgs are the parameters of commitFresh: the ledger's columns, the
