@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -51,10 +53,14 @@ type forwardVariant struct {
 	msgID      bool          // each message carries Nats-Msg-Id
 	window     time.Duration // the stream's duplicate window
 	// publish sends one chunk and waits until the stream stored all of it.
-	publish func(ctx context.Context, fb *forwardBench, chunk []*nats.Msg) error
-	atomic  bool // the stream allows atomic batch publish
-	fast    bool // the stream allows fast batch publish
-	prefill int  // small messages with distinct ids stored before the meter starts
+	publish  func(ctx context.Context, fb *forwardBench, chunk []*nats.Msg) error
+	atomic   bool // the stream allows atomic batch publish
+	fast     bool // the stream allows fast batch publish
+	prefill  int  // small messages with distinct ids stored before the meter starts
+	parallel int  // goroutines publishing chunks at once; 0 means 1
+	// prefillPlain stores the prefill without ids: a stream as large, whose
+	// window tracks none of them.
+	prefillPlain bool
 }
 
 // forwardVariants are the variants, in the order tables print them; the
@@ -63,12 +69,15 @@ var forwardVariants = []forwardVariant{
 	{name: "dedup-2h", what: "async publish + Nats-Msg-Id, Duplicates 2h (the gate today)", msgID: true, window: 2 * time.Hour, publish: publishAsync},
 	{name: "no-msg-id", what: "async publish, no Nats-Msg-Id (no de-duplication)", window: 2 * time.Hour, publish: publishAsync},
 	{name: "dedup-2h-1M", what: "as dedup-2h, on a stream that tracks 1M ids already (a 2h window at 140 forwards/s)", msgID: true, window: 2 * time.Hour, publish: publishAsync, prefill: 1_000_000},
+	{name: "dedup-2h-1M-plain", what: "control of dedup-2h-1M: the stream holds 1M small messages without ids", msgID: true, window: 2 * time.Hour, publish: publishAsync, prefill: 1_000_000, prefillPlain: true},
 	{name: "dedup-2m", what: "async publish + Nats-Msg-Id, Duplicates 2m", msgID: true, window: 2 * time.Minute, publish: publishAsync},
 	{name: "ack-per-chunk", what: "as dedup-2h, but only a chunk's last message asks for a PubAck", msgID: true, window: 2 * time.Hour, publish: publishLastAcked},
 	{name: "atomic", what: "atomic batch of the chunk + Nats-Msg-Id, Duplicates 2h: one ack per batch", msgID: true, window: 2 * time.Hour, publish: wholeBatch((*forwardBench).atomicBatch), atomic: true},
 	{name: "atomic-no-id", what: "atomic batch of the chunk, no Nats-Msg-Id", window: 2 * time.Hour, publish: wholeBatch((*forwardBench).atomicBatch), atomic: true},
 	{name: "fast", what: "fast batch of the chunk + Nats-Msg-Id, Duplicates 2h: a flow ack and a PubAck per batch", msgID: true, window: 2 * time.Hour, publish: wholeBatch((*forwardBench).fastBatch), fast: true},
 	{name: "fast-no-id", what: "fast batch of the chunk, no Nats-Msg-Id", window: 2 * time.Hour, publish: wholeBatch((*forwardBench).fastBatch), fast: true},
+	{name: "dedup-2h-x2", what: "as dedup-2h, two chunks at a time", msgID: true, window: 2 * time.Hour, publish: publishAsync, parallel: 2},
+	{name: "fast-x2", what: "as fast, two batches at a time (the server then asks for acks more often)", msgID: true, window: 2 * time.Hour, publish: wholeBatch((*forwardBench).fastBatch), fast: true, parallel: 2},
 }
 
 // forwardBench is the run's connection to its nats-server.
@@ -125,15 +134,15 @@ func runForwardBench(ctx context.Context, c *config, stdout, stderr io.Writer) e
 			}
 			cpu[v.name] = append(cpu[v.name], natsUS)
 			pub[v.name] = append(pub[v.name], selfUS)
-			fmt.Fprintf(stderr, "gatebench: round %d %-13s nats %.1f us/msg, publisher %.1f us/msg\n", round+1, v.name, natsUS, selfUS)
+			fmt.Fprintf(stderr, "gatebench: round %d %-17s nats %.1f us/msg, publisher %.1f us/msg\n", round+1, v.name, natsUS, selfUS)
 		}
 	}
 	base := medianOf(cpu[forwardVariants[0].name])
-	fmt.Fprintf(stdout, "\n%-14s %12s %8s %12s  %s\n", "variant", "nats us/msg", "ratio", "pub us/msg", "what")
+	fmt.Fprintf(stdout, "\n%-18s %12s %8s %12s  %s\n", "variant", "nats us/msg", "ratio", "pub us/msg", "what")
 	bench := []string{"BENCH_FORWARD"}
 	for _, v := range forwardVariants {
 		m := medianOf(cpu[v.name])
-		fmt.Fprintf(stdout, "%-14s %12.1f %8.2f %12.1f  %s\n", v.name, m, m/base, medianOf(pub[v.name]), v.what)
+		fmt.Fprintf(stdout, "%-18s %12.1f %8.2f %12.1f  %s\n", v.name, m, m/base, medianOf(pub[v.name]), v.what)
 		bench = append(bench, fmt.Sprintf("%s_nats_us=%.1f", strings.ReplaceAll(v.name, "-", "_"), m))
 	}
 	fmt.Fprintf(stdout, "(medians of %d interleaved rounds; ratio to %s)\n", forwardRounds, forwardVariants[0].name)
@@ -202,16 +211,14 @@ func (fb *forwardBench) measure(ctx context.Context, v forwardVariant, msgs []*n
 		time.Sleep(300 * time.Millisecond)
 	}()
 	if v.prefill > 0 {
-		if err := fb.prefill(ctx, v.prefill); err != nil {
+		if err := fb.prefill(ctx, v.prefill, !v.prefillPlain); err != nil {
 			return 0, 0, err
 		}
 	}
 	self := os.Getpid()
 	natsBefore, selfBefore := procstat.CPU(fb.natsPID), procstat.CPU(self)
-	for lo := 0; lo < len(msgs); lo += chunk {
-		if err := v.publish(ctx, fb, msgs[lo:min(lo+chunk, len(msgs))]); err != nil {
-			return 0, 0, fmt.Errorf("chunk at %d: %w", lo, err)
-		}
+	if err := fb.publishAll(ctx, v, msgs, chunk); err != nil {
+		return 0, 0, err
 	}
 	// The file store writes its buffers out behind the acks; give it the
 	// moment it takes, inside the measurement.
@@ -229,15 +236,57 @@ func (fb *forwardBench) measure(ctx context.Context, v forwardVariant, msgs []*n
 		float64(selfAfter-selfBefore) / float64(time.Microsecond) / n, nil
 }
 
+// publishAll publishes msgs chunk by chunk, from v.parallel goroutines
+// (one if unset) that take the next chunk in turn, each on a bench of its
+// own (a fast batch's answers come to its bench's inbox) sharing the
+// connection, as the batches of a gate's stages and of its releaser do.
+func (fb *forwardBench) publishAll(ctx context.Context, v forwardVariant, msgs []*nats.Msg, chunk int) error {
+	var next atomic.Int64
+	errs := make(chan error, max(v.parallel, 1))
+	var wg sync.WaitGroup
+	for range max(v.parallel, 1) {
+		own := &forwardBench{nc: fb.nc, js: fb.js, natsPID: fb.natsPID}
+		wg.Go(func() {
+			defer func() {
+				if own.fastSub != nil {
+					_ = own.fastSub.Unsubscribe()
+				}
+			}()
+			for {
+				lo := int(next.Add(int64(chunk))) - chunk
+				if lo >= len(msgs) {
+					return
+				}
+				if err := v.publish(ctx, own, msgs[lo:min(lo+chunk, len(msgs))]); err != nil {
+					errs <- fmt.Errorf("chunk at %d: %w", lo, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
 // prefill stores n one-byte messages with distinct ids, so that the
 // duplicate window tracks n ids when the variant starts, as a window in
-// its steady state does.
-func (fb *forwardBench) prefill(ctx context.Context, n int) error {
+// its steady state does; without ids unless withIDs, each with a header
+// as long instead.
+func (fb *forwardBench) prefill(ctx context.Context, n int, withIDs bool) error {
 	prefix := nuid.Next()
 	for i := range n {
 		m := nats.NewMsg(forwardSubject)
 		m.Data = []byte("x")
-		m.Header.Set(jetstream.MsgIDHeader, prefix+"-"+strconv.Itoa(i))
+		key := jetstream.MsgIDHeader
+		if !withIDs {
+			key = "Gate-Pad"
+		}
+		m.Header.Set(key, prefix+"-"+strconv.Itoa(i))
 		if _, err := fb.js.PublishMsgAsync(m, jetstream.WithStallWait(10*time.Second)); err != nil {
 			return fmt.Errorf("prefill %d: %w", i, err)
 		}
