@@ -26,6 +26,7 @@ var cases = []testCase{
 	{"RejectedIDNotRemembered", testRejectedIDNotRemembered},
 	{"SameMillisecond", testSameMillisecond},
 	{"BatchDecidedInOrder", testBatchDecidedInOrder},
+	{"BatchOfMixedLimits", testBatchOfMixedLimits},
 	{"KeysExpire", testKeysExpire},
 	{"MemoryBounded", testMemoryBounded},
 	{"Concurrent", testConcurrent},
@@ -307,6 +308,35 @@ func testBatchDecidedInOrder(t *testing.T, b Backend) {
 	wantDuplicate(t, "r1 a again", got[3])
 	wantRejected(t, "r2 second", got[4], gate.Exceeded{Scope: gate.ScopeScene, Limit: l2, Count: 1}, got[1].Now.Add(time.Hour))
 	wantRejected(t, "r1 c", got[5], gate.Exceeded{Scope: gate.ScopeScene, Limit: l1, Count: 2}, got[0].Now.Add(time.Hour))
+}
+
+// One batch may mix requests of several limit sets (scenes, caps, a rule
+// change between two messages of one window): each is decided by its own
+// limits and caps, whatever the requests around it carry.
+func testBatchOfMixedLimits(t *testing.T, b Backend) {
+	r1, r2, r3 := newRecipient(), newRecipient(), newRecipient()
+	one, two := lim(time.Hour, 1), lim(time.Hour, 2)
+	capped := func(q gate.AdmitRequest) gate.AdmitRequest { q.Caps = limits(two); return q }
+	got := admit(t, b.Store,
+		req(r1, "s", newID(), one),
+		capped(req(r2, "s", newID(), two)),
+		capped(req(r3, "s", newID(), one)),
+		req(r1, "s", newID(), one),
+		capped(req(r2, "s", newID(), two)),
+		capped(req(r3, "t", newID(), one)),
+		capped(req(r2, "t", newID(), two)),
+		req(r1, "s", newID(), two), // the scene's rule now allows two
+		capped(req(r3, "u", newID())),
+	)
+	wantAdmitted(t, "r1 s", got[0])
+	wantAdmitted(t, "r2 s", got[1])
+	wantAdmitted(t, "r3 s", got[2])
+	wantRejected(t, "r1 s again", got[3], gate.Exceeded{Scope: gate.ScopeScene, Limit: one, Count: 1}, got[0].Now.Add(time.Hour))
+	wantAdmitted(t, "r2 s again", got[4])
+	wantAdmitted(t, "r3 t", got[5])
+	wantRejected(t, "r2 t", got[6], gate.Exceeded{Scope: gate.ScopeRecipient, Limit: two, Count: 2}, got[1].Now.Add(time.Hour))
+	wantAdmitted(t, "r1 s under two", got[7])
+	wantRejected(t, "r3 u", got[8], gate.Exceeded{Scope: gate.ScopeRecipient, Limit: two, Count: 2}, got[2].Now.Add(time.Hour))
 }
 
 // A recipient's windows vanish one second after their longest limit.
