@@ -24,10 +24,11 @@ import (
 // insertion), and then confirm the row in the WAL: with the joins, that was
 // a quarter of the server's CPU per record (perf, BenchmarkCommit500).
 //
-// The ledger rows still go first, as in commitPostgres: every other
-// data-modifying CTE waits on ledgered (a one-time filter, always true), so
-// concurrent commits take the ledger's locks, then the audit rows', queue
-// rows' and counters' in one order, whichever statement each runs.
+// The ledger rows still go first, as in commitPostgres: the audit rows and
+// the queue rows wait on ledgered (a one-time filter, always true), and the
+// counter and held rows on the queue rows. So whichever statement each
+// runs, concurrent commits meet first on the ledger's keys, in key order,
+// and take queue rows before counter and held rows, as Settle does.
 var commitFresh = freshStatement(new(paramSeq))
 
 // freshStatement is the text of commitFresh, its parameters numbered in the
