@@ -46,6 +46,7 @@ type config struct {
 	MaxMessageBytes  int
 	Batch            int
 	BatchWait        time.Duration
+	OutDuplicates    time.Duration
 	StoreTimeout     time.Duration
 	AckWait          time.Duration
 	MaxAckPending    int
@@ -134,6 +135,7 @@ func settings(c *config) []setting {
 		{"dead-subject", "GATE_DEAD_SUBJECT", "gate.dead", "subject undecidable messages are parked on", false, str(&c.DeadSubject)},
 		{"check-subject", "GATE_CHECK_SUBJECT", "gate.check", "subject of synchronous checks (core NATS request-reply, as POST /v1/check)", false, str(&c.CheckSubject)},
 		{"refund-subject", "GATE_REFUND_SUBJECT", "gate.refund", "subject senders publish refunds to (captured by the GATE_REFUND stream)", false, str(&c.RefundSubject)},
+		{"out-duplicate-window", "GATE_OUT_DUPLICATE_WINDOW", "2h", "GATE_OUT's duplicate window, which keeps one copy of a forward published again after a crash; from 10m to 72h, at least 8 x GATE_ACK_WAIT. nats-server keeps about 240 bytes per id in it", false, dur(&c.OutDuplicates)},
 		{"max-message-bytes", "GATE_MAX_MESSAGE_BYTES", "262144", "largest envelope decided; larger ones go to the dead letter", false, num(&c.MaxMessageBytes)},
 		{"batch", "GATE_BATCH", "256", "most messages decided together", false, num(&c.Batch)},
 		{"batch-wait", "GATE_BATCH_WAIT", "0s", "how long a batch that is not full waits for more messages (0: a batch is what has arrived); up to 100ms", false, dur(&c.BatchWait)},
@@ -258,6 +260,9 @@ func (c *config) validate() error {
 	}
 	if c.Batch < 1 || c.Batch > 4096 {
 		errs = append(errs, fmt.Sprintf("GATE_BATCH must be from 1 to 4096, got %d", c.Batch))
+	}
+	if c.OutDuplicates < 10*time.Minute || c.OutDuplicates > 72*time.Hour || c.OutDuplicates < 8*c.AckWait {
+		errs = append(errs, fmt.Sprintf("GATE_OUT_DUPLICATE_WINDOW must be from 10m to 72h and at least 8 x GATE_ACK_WAIT (%s), got %s", c.AckWait, c.OutDuplicates))
 	}
 	if c.BatchWait < 0 || c.BatchWait > 100*time.Millisecond {
 		errs = append(errs, fmt.Sprintf("GATE_BATCH_WAIT must be from 0 to 100ms, got %s", c.BatchWait))

@@ -213,3 +213,30 @@ func TestBatchWaitSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestOutDuplicateWindowSetting: GATE_OUT_DUPLICATE_WINDOW is 2h by
+// default, bounded, and long enough for the gate's own redeliveries.
+func TestOutDuplicateWindowSetting(t *testing.T) {
+	for _, tt := range []struct {
+		env     map[string]string
+		want    time.Duration
+		wantErr string
+	}{
+		{want: 2 * time.Hour},
+		{env: map[string]string{"GATE_OUT_DUPLICATE_WINDOW": "15m"}, want: 15 * time.Minute},
+		{env: map[string]string{"GATE_OUT_DUPLICATE_WINDOW": "9m"}, wantErr: "GATE_OUT_DUPLICATE_WINDOW must be from 10m to 72h"},
+		{env: map[string]string{"GATE_OUT_DUPLICATE_WINDOW": "73h"}, wantErr: "GATE_OUT_DUPLICATE_WINDOW must be from 10m to 72h"},
+		{env: map[string]string{"GATE_OUT_DUPLICATE_WINDOW": "10m", "GATE_ACK_WAIT": "2m"}, wantErr: "at least 8 x GATE_ACK_WAIT (2m0s)"},
+	} {
+		c, err := parseConfig(nil, func(k string) string { return tt.env[k] }, io.Discard)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%v: err = %v, want one containing %q", tt.env, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || c.OutDuplicates != tt.want {
+			t.Errorf("%v: OutDuplicates %s, err %v; want %s", tt.env, c.OutDuplicates, err, tt.want)
+		}
+	}
+}

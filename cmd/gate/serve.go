@@ -134,7 +134,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		InSubject: c.InSubject, OutSubject: c.OutSubject, DeadSubject: c.DeadSubject,
 		CheckSubject: c.CheckSubject, RefundSubject: c.RefundSubject,
 		AckWait: c.AckWait, MaxAckPending: c.MaxAckPending, MaxDeliver: c.MaxDeliver,
-		MaxMsgBytes: int32(min(max(2*c.MaxMessageBytes, 1<<20), 64<<20)),
+		OutDuplicates: c.OutDuplicates,
+		MaxMsgBytes:   int32(min(max(2*c.MaxMessageBytes, 1<<20), 64<<20)),
 	}, log)
 	if err != nil {
 		return err
@@ -145,6 +146,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	p, err := pipeline.New(pipeline.Options{
 		Rules: live, Store: store, Audit: audit, Holds: audit, Forwarder: bus, Metrics: m, Log: log, Preferences: prefs,
 		MaxMessageBytes: c.MaxMessageBytes, Now: now,
+		// Half the duplicate window, as DefaultReplayWithin is of the default.
+		ReplayWithin: c.OutDuplicates / 2,
 	})
 	if err != nil {
 		return err

@@ -49,9 +49,11 @@ type Options struct {
 	InMaxAge time.Duration
 	// OutMaxAge bounds how long forwarded messages stay readable (72h).
 	OutMaxAge time.Duration
-	// OutDuplicates is GATE_OUT's duplicate window. It must be longer than
-	// the longest span between a message's first forward and its ack, and
-	// than pipeline.Options.ReplayWithin (2h).
+	// OutDuplicates is GATE_OUT's duplicate window (2h), set on an
+	// existing GATE_OUT too. It must be longer than the longest span
+	// between a message's first forward and its ack, and than
+	// pipeline.Options.ReplayWithin. Each id it tracks costs nats-server
+	// about 240 bytes and makes every forward a little dearer.
 	OutDuplicates time.Duration
 	// DeadMaxAge bounds how long dead letters are kept (30d).
 	DeadMaxAge time.Duration
@@ -176,7 +178,32 @@ func New(ctx context.Context, nc *nats.Conn, opts Options, log *slog.Logger) (*B
 			return nil, err
 		}
 	}
+	if err := b.syncOutDuplicates(ctx); err != nil {
+		return nil, err
+	}
 	return b, nil
+}
+
+// syncOutDuplicates gives an existing GATE_OUT the duplicate window of
+// Options.OutDuplicates, so that a changed GATE_OUT_DUPLICATE_WINDOW takes
+// effect: the pipeline replays forwards within half of it, which only a
+// window at least that long makes safe.
+func (b *Bus) syncOutDuplicates(ctx context.Context) error {
+	s, err := b.js.Stream(ctx, StreamOut)
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", StreamOut, err)
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.Duplicates == b.opts.OutDuplicates {
+		return nil
+	}
+	was := cfg.Duplicates
+	cfg.Duplicates = b.opts.OutDuplicates
+	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("set the duplicate window of stream %s to %s: %w", StreamOut, b.opts.OutDuplicates, err)
+	}
+	b.log.Info("changed the duplicate window of a stream", "stream", StreamOut, "from", was, "to", b.opts.OutDuplicates)
+	return nil
 }
 
 func (b *Bus) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) error {

@@ -70,6 +70,34 @@ func TestNewCreatesStreams(t *testing.T) {
 	}
 }
 
+// TestNewSetsOutDuplicates: a gate started with another duplicate window
+// sets it on the existing GATE_OUT, whose messages stay.
+func TestNewSetsOutDuplicates(t *testing.T) {
+	nc := startServer(t)
+	ctx := t.Context()
+	b, err := New(ctx, nc, Options{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.JetStream().Publish(ctx, "gate.out", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []time.Duration{10 * time.Minute, 3 * time.Hour} {
+		b, err := New(ctx, nc, Options{OutDuplicates: want}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatalf("New with a %s window: %v", want, err)
+		}
+		s, err := b.JetStream().Stream(ctx, StreamOut)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := s.CachedInfo()
+		if info.Config.Duplicates != want || info.State.Msgs != 1 {
+			t.Errorf("GATE_OUT after New with %s: duplicates %s, %d messages; want %s and the 1 kept", want, info.Config.Duplicates, info.State.Msgs, want)
+		}
+	}
+}
+
 func TestNewRejectsAStreamWithoutItsSubject(t *testing.T) {
 	nc := startServer(t)
 	js, _ := jetstream.New(nc)
