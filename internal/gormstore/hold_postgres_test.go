@@ -244,32 +244,13 @@ func TestPostgresHoldCommitsAndSettlesAtOnce(t *testing.T) {
 	for range 2 {
 		store := MustOpen(t, opts)
 		wg.Go(func() {
-			for {
-				finished := false
-				select {
-				case <-done:
-					finished = true
-				default:
-				}
-				n, err := store.Settle(ctx, t0, 3, 5, func(_ context.Context, due [][]gate.Held) ([]gate.Settlement, error) {
-					mu.Lock()
-					for _, q := range due {
-						for _, h := range q {
-							counts[h.MessageID]++
-						}
-					}
-					mu.Unlock()
-					return releaseAll(due, t0), nil
-				})
-				if err != nil {
-					fail(fmt.Errorf("settle: %w", err))
-					return
-				}
-				// After the last commit, a round that finds nothing means
-				// nothing is left.
-				if finished && n == 0 {
-					return
-				}
+			err := settleUntil(ctx, store, t0, done, func(h gate.Held) {
+				mu.Lock()
+				counts[h.MessageID]++
+				mu.Unlock()
+			})
+			if err != nil {
+				fail(fmt.Errorf("settle: %w", err))
 			}
 		})
 	}
@@ -292,5 +273,31 @@ func TestPostgresHoldCommitsAndSettlesAtOnce(t *testing.T) {
 	}
 	if released != int64(total) || countRows(t, s, "held")+countRows(t, s, "held_queues") != 0 {
 		t.Errorf("released %d, want %d, and no held or queue rows left", released, total)
+	}
+}
+
+// settleUntil settles store's due queues at now, three queues of up to five
+// messages a round, releasing every message it is handed after passing it
+// to seen, until a round after done is closed finds nothing: after the last
+// commit, that means nothing is left.
+func settleUntil(ctx context.Context, store *Store, now time.Time, done <-chan struct{}, seen func(gate.Held)) error {
+	for {
+		finished := false
+		select {
+		case <-done:
+			finished = true
+		default:
+		}
+		n, err := store.Settle(ctx, now, 3, 5, func(_ context.Context, due [][]gate.Held) ([]gate.Settlement, error) {
+			for _, q := range due {
+				for _, h := range q {
+					seen(h)
+				}
+			}
+			return releaseAll(due, now), nil
+		})
+		if err != nil || (finished && n == 0) {
+			return err
+		}
 	}
 }
