@@ -70,6 +70,8 @@ var forwardVariants = []forwardVariant{
 	{name: "no-msg-id", what: "async publish, no Nats-Msg-Id (no de-duplication)", window: 2 * time.Hour, publish: publishAsync},
 	{name: "dedup-2h-1M", what: "as dedup-2h, on a stream that tracks 1M ids already (a 2h window at 140 forwards/s)", msgID: true, window: 2 * time.Hour, publish: publishAsync, prefill: 1_000_000},
 	{name: "dedup-2h-1M-plain", what: "control of dedup-2h-1M: the stream holds 1M small messages without ids", msgID: true, window: 2 * time.Hour, publish: publishAsync, prefill: 1_000_000, prefillPlain: true},
+	{name: "dedup-2h-4M", what: "as dedup-2h, on a stream that tracks 4M ids already (a 2h window at 560 forwards/s)", msgID: true, window: 2 * time.Hour, publish: publishAsync, prefill: 4_000_000},
+	{name: "dedup-2h-4M-plain", what: "control of dedup-2h-4M: the stream holds 4M small messages without ids", msgID: true, window: 2 * time.Hour, publish: publishAsync, prefill: 4_000_000, prefillPlain: true},
 	{name: "dedup-2m", what: "async publish + Nats-Msg-Id, Duplicates 2m", msgID: true, window: 2 * time.Minute, publish: publishAsync},
 	{name: "ack-per-chunk", what: "as dedup-2h, but only a chunk's last message asks for a PubAck", msgID: true, window: 2 * time.Hour, publish: publishLastAcked},
 	{name: "atomic", what: "atomic batch of the chunk + Nats-Msg-Id, Duplicates 2h: one ack per batch", msgID: true, window: 2 * time.Hour, publish: wholeBatch((*forwardBench).atomicBatch), atomic: true},
