@@ -149,94 +149,53 @@ func TestServeSubjectSettings(t *testing.T) {
 	}
 }
 
-// TestPprofSetting: runtime profiles are off by default and served only on
-// a loopback address; any other address is refused at start, naming the
-// setting.
-func TestPprofSetting(t *testing.T) {
-	for _, tt := range []struct {
-		addr, wantErr string
-	}{
-		{addr: ""},
-		{addr: "127.0.0.1:6060"},
-		{addr: "[::1]:6060"},
-		{addr: "localhost:0"},
-		{addr: ":6060", wantErr: "GATE_PPROF_ADDR must be a loopback host:port"},
-		{addr: "0.0.0.0:6060", wantErr: "GATE_PPROF_ADDR must be a loopback host:port"},
-		{addr: "10.1.2.3:6060", wantErr: "GATE_PPROF_ADDR must be a loopback host:port"},
-		{addr: "127.0.0.1", wantErr: "GATE_PPROF_ADDR must be a loopback host:port"},
-	} {
-		c, err := parseConfig(nil, func(k string) string {
-			if k == "GATE_PPROF_ADDR" {
-				return tt.addr
-			}
-			return ""
-		}, io.Discard)
-		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("%q: err = %v, want one containing %q", tt.addr, err, tt.wantErr)
-			}
-			continue
-		}
-		if err != nil || c.PprofAddr != tt.addr {
-			t.Errorf("%q: PprofAddr %q, err %v", tt.addr, c.PprofAddr, err)
-		}
+// TestBoundedSettings: issue 13's settings, each read from its variable,
+// with its default, and refused outside its bounds, naming the setting.
+//   - GATE_PPROF_ADDR: off by default, loopback addresses only;
+//   - GATE_BATCH_WAIT: 0 by default, at most 100ms;
+//   - GATE_OUT_DUPLICATE_WINDOW: 2h by default, from 10m to 72h, and long
+//     enough for the gate's own redeliveries (8 x GATE_ACK_WAIT).
+func TestBoundedSettings(t *testing.T) {
+	type env = map[string]string
+	pprof := func(want string) func(*config) bool { return func(c *config) bool { return c.PprofAddr == want } }
+	wait := func(want time.Duration) func(*config) bool {
+		return func(c *config) bool { return c.BatchWait == want }
 	}
-}
-
-// TestBatchWaitSetting: GATE_BATCH_WAIT is off by default and bounded.
-func TestBatchWaitSetting(t *testing.T) {
+	window := func(want time.Duration) func(*config) bool {
+		return func(c *config) bool { return c.OutDuplicates == want }
+	}
 	for _, tt := range []struct {
-		v       string
-		want    time.Duration
+		env     env
+		ok      func(*config) bool // the setting read, when no error is wanted
 		wantErr string
 	}{
-		{v: "", want: 0},
-		{v: "2ms", want: 2 * time.Millisecond},
-		{v: "100ms", want: 100 * time.Millisecond},
-		{v: "101ms", wantErr: "GATE_BATCH_WAIT must be from 0 to 100ms"},
-		{v: "-1ms", wantErr: "want a duration such as 200ms or 30s"},
-	} {
-		c, err := parseConfig(nil, func(k string) string {
-			if k == "GATE_BATCH_WAIT" {
-				return tt.v
-			}
-			return ""
-		}, io.Discard)
-		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("%q: err = %v, want one containing %q", tt.v, err, tt.wantErr)
-			}
-			continue
-		}
-		if err != nil || c.BatchWait != tt.want {
-			t.Errorf("%q: BatchWait %s, err %v; want %s", tt.v, c.BatchWait, err, tt.want)
-		}
-	}
-}
-
-// TestOutDuplicateWindowSetting: GATE_OUT_DUPLICATE_WINDOW is 2h by
-// default, bounded, and long enough for the gate's own redeliveries.
-func TestOutDuplicateWindowSetting(t *testing.T) {
-	for _, tt := range []struct {
-		env     map[string]string
-		want    time.Duration
-		wantErr string
-	}{
-		{want: 2 * time.Hour},
-		{env: map[string]string{"GATE_OUT_DUPLICATE_WINDOW": "15m"}, want: 15 * time.Minute},
-		{env: map[string]string{"GATE_OUT_DUPLICATE_WINDOW": "9m"}, wantErr: "GATE_OUT_DUPLICATE_WINDOW must be from 10m to 72h"},
-		{env: map[string]string{"GATE_OUT_DUPLICATE_WINDOW": "73h"}, wantErr: "GATE_OUT_DUPLICATE_WINDOW must be from 10m to 72h"},
-		{env: map[string]string{"GATE_OUT_DUPLICATE_WINDOW": "10m", "GATE_ACK_WAIT": "2m"}, wantErr: "at least 8 x GATE_ACK_WAIT (2m0s)"},
+		{ok: func(c *config) bool { return c.PprofAddr == "" && c.BatchWait == 0 && c.OutDuplicates == 2*time.Hour }},
+		{env: env{"GATE_PPROF_ADDR": "127.0.0.1:6060"}, ok: pprof("127.0.0.1:6060")},
+		{env: env{"GATE_PPROF_ADDR": "[::1]:6060"}, ok: pprof("[::1]:6060")},
+		{env: env{"GATE_PPROF_ADDR": "localhost:0"}, ok: pprof("localhost:0")},
+		{env: env{"GATE_PPROF_ADDR": ":6060"}, wantErr: "GATE_PPROF_ADDR must be a loopback host:port"},
+		{env: env{"GATE_PPROF_ADDR": "0.0.0.0:6060"}, wantErr: "GATE_PPROF_ADDR must be a loopback host:port"},
+		{env: env{"GATE_PPROF_ADDR": "10.1.2.3:6060"}, wantErr: "GATE_PPROF_ADDR must be a loopback host:port"},
+		{env: env{"GATE_PPROF_ADDR": "127.0.0.1"}, wantErr: "GATE_PPROF_ADDR must be a loopback host:port"},
+		{env: env{"GATE_BATCH_WAIT": "2ms"}, ok: wait(2 * time.Millisecond)},
+		{env: env{"GATE_BATCH_WAIT": "100ms"}, ok: wait(100 * time.Millisecond)},
+		{env: env{"GATE_BATCH_WAIT": "101ms"}, wantErr: "GATE_BATCH_WAIT must be from 0 to 100ms"},
+		{env: env{"GATE_BATCH_WAIT": "-1ms"}, wantErr: "want a duration such as 200ms or 30s"},
+		{env: env{"GATE_OUT_DUPLICATE_WINDOW": "15m"}, ok: window(15 * time.Minute)},
+		{env: env{"GATE_OUT_DUPLICATE_WINDOW": "9m"}, wantErr: "GATE_OUT_DUPLICATE_WINDOW must be from 10m to 72h"},
+		{env: env{"GATE_OUT_DUPLICATE_WINDOW": "73h"}, wantErr: "GATE_OUT_DUPLICATE_WINDOW must be from 10m to 72h"},
+		{env: env{"GATE_OUT_DUPLICATE_WINDOW": "10m", "GATE_ACK_WAIT": "2m"}, wantErr: "at least 8 x GATE_ACK_WAIT (2m0s)"},
 	} {
 		c, err := parseConfig(nil, func(k string) string { return tt.env[k] }, io.Discard)
-		if tt.wantErr != "" {
+		switch {
+		case tt.wantErr != "":
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("%v: err = %v, want one containing %q", tt.env, err, tt.wantErr)
 			}
-			continue
-		}
-		if err != nil || c.OutDuplicates != tt.want {
-			t.Errorf("%v: OutDuplicates %s, err %v; want %s", tt.env, c.OutDuplicates, err, tt.want)
+		case err != nil:
+			t.Errorf("%v: %v", tt.env, err)
+		case !tt.ok(c):
+			t.Errorf("%v: pprof %q, batch wait %s, duplicate window %s: not what was set", tt.env, c.PprofAddr, c.BatchWait, c.OutDuplicates)
 		}
 	}
 }
