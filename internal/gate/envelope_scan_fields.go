@@ -18,6 +18,18 @@ type scanField struct {
 	isBool bool   // a *bool field; every other one is a *string
 }
 
+// stringField is the *string field the tag name names.
+func stringField(name string) scanField {
+	return scanField{name: name, folded: string(foldName([]byte(name)))}
+}
+
+// boolField is the *bool field the tag name names.
+func boolField(name string) scanField {
+	f := stringField(name)
+	f.isBool = true
+	return f
+}
+
 // The envelope's fields as a scan (envScan) captures them, indexes into
 // envelopeFields; json.Unmarshal into a struct of *string fields tagged
 // with these names reads the same.
@@ -32,13 +44,13 @@ const (
 )
 
 var envelopeFields = []scanField{
-	envID:            {name: "id", folded: "ID"},
-	envUUID:          {name: "uuid", folded: "UUID"},
-	envScene:         {name: "scene", folded: "SCENE"},
-	envReceiveIDType: {name: "receive_id_type", folded: "RECEIVE_ID_TYPE"},
-	envReceiveID:     {name: "receive_id", folded: "RECEIVE_ID"},
-	envPriority:      {name: "priority", folded: "PRIORITY"},
-	envTZ:            {name: "tz", folded: "TZ"},
+	envID:            stringField("id"),
+	envUUID:          stringField("uuid"),
+	envScene:         stringField("scene"),
+	envReceiveIDType: stringField("receive_id_type"),
+	envReceiveID:     stringField("receive_id"),
+	envPriority:      stringField("priority"),
+	envTZ:            stringField("tz"),
 }
 
 // The fields of a check (an envelope's, without the uuid alias, and
@@ -56,13 +68,13 @@ const (
 )
 
 var checkFields = []scanField{
-	chkID:            {name: "id", folded: "ID"},
-	chkScene:         {name: "scene", folded: "SCENE"},
-	chkReceiveIDType: {name: "receive_id_type", folded: "RECEIVE_ID_TYPE"},
-	chkReceiveID:     {name: "receive_id", folded: "RECEIVE_ID"},
-	chkPriority:      {name: "priority", folded: "PRIORITY"},
-	chkTZ:            {name: "tz", folded: "TZ"},
-	chkDryRun:        {name: "dry_run", folded: "DRY_RUN", isBool: true},
+	chkID:            stringField("id"),
+	chkScene:         stringField("scene"),
+	chkReceiveIDType: stringField("receive_id_type"),
+	chkReceiveID:     stringField("receive_id"),
+	chkPriority:      stringField("priority"),
+	chkTZ:            stringField("tz"),
+	chkDryRun:        boolField("dry_run"),
 }
 
 // scanValue is what a scan found for a field: the last occurrence wins, and
