@@ -72,11 +72,10 @@ type Cache struct {
 	// failing is when polls began to fail (zero while they succeed);
 	// logged, when one was last logged.
 	failing, logged time.Time
-	// mirror, while mirrored, is every recipient's preferences (see
+	// mirror, when not nil, is every recipient's preferences (see
 	// Options.Mirror); mirrorTried is when a read of them last found too
 	// many or failed.
 	mirror      map[string]gate.Preferences
-	mirrored    bool
 	mirrorTried time.Time
 }
 
@@ -148,7 +147,7 @@ func (c *Cache) Poll(ctx context.Context) error {
 	if c.synced {
 		since = c.cursor.Add(-c.o.Margin)
 	}
-	mirrored := c.mirrored
+	mirrored := c.mirror != nil
 	remirror := !mirrored && c.o.Mirror > 0 && (!c.synced || time.Since(c.mirrorTried) >= remirrorEvery)
 	c.mu.Unlock()
 	if remirror {
@@ -167,11 +166,7 @@ func (c *Cache) Poll(ctx context.Context) error {
 		// The mirror takes the changed recipients' preferences as they
 		// are now; on failure the cursor stays, and the next poll reads
 		// the same changes again.
-		recipients := make([]string, len(changes))
-		for i, ch := range changes {
-			recipients[i] = ch.Recipient
-		}
-		if found, err = c.store.Preferences(ctx, recipients); err != nil {
+		if found, err = c.store.Preferences(ctx, recipientsOf(changes)); err != nil {
 			return err
 		}
 	}
@@ -187,9 +182,9 @@ func (c *Cache) Poll(ctx context.Context) error {
 		c.lru.clear()
 		c.cursor = now
 		// A burst of changes is read whole again by the next poll.
-		c.mirror, c.mirrored, c.mirrorTried = nil, false, time.Time{}
+		c.mirror, c.mirrorTried = nil, time.Time{}
 	case len(changes) > 0:
-		if c.mirrored && found != nil {
+		if c.mirror != nil && found != nil {
 			c.applyMirror(changes, found)
 		}
 		c.gen++
@@ -216,7 +211,7 @@ func (c *Cache) Preferences(ctx context.Context, recipients []string) (map[strin
 	out := make(map[string]gate.Preferences)
 	var miss []string
 	c.mu.Lock()
-	if c.mirrored {
+	if c.mirror != nil {
 		for _, r := range recipients {
 			if p, ok := c.mirror[r]; ok {
 				out[r] = p
@@ -269,24 +264,14 @@ func (c *Cache) Preferences(ctx context.Context, recipients []string) (map[strin
 // PutPreferences writes through to the store and drops the recipient here.
 func (c *Cache) PutPreferences(ctx context.Context, p gate.Preferences) (gate.Preferences, error) {
 	stored, err := c.store.PutPreferences(ctx, p)
-	c.drop(p.Recipient)
-	if err == nil {
-		c.mu.Lock()
-		c.mirrorWrite(p.Recipient, &stored)
-		c.mu.Unlock()
-	}
+	c.wrote(p.Recipient, &stored, err)
 	return stored, err
 }
 
 // DeletePreferences deletes in the store and drops the recipient here.
 func (c *Cache) DeletePreferences(ctx context.Context, recipient string) error {
 	err := c.store.DeletePreferences(ctx, recipient)
-	c.drop(recipient)
-	if err == nil {
-		c.mu.Lock()
-		c.mirrorWrite(recipient, nil)
-		c.mu.Unlock()
-	}
+	c.wrote(recipient, nil, err)
 	return err
 }
 
@@ -302,12 +287,18 @@ func (c *Cache) Len() int {
 	return c.lru.len()
 }
 
-// drop forgets recipient, whatever became of the write: one that failed
-// may still have committed.
-func (c *Cache) drop(recipient string) {
+// wrote records a write of recipient's preferences through this cache: p
+// stored, or deleted when p is nil. The LRU forgets the recipient whatever
+// became of the write (one that failed may still have committed); the
+// mirror takes a write that succeeded, and a poll brings one that failed
+// but committed.
+func (c *Cache) wrote(recipient string, p *gate.Preferences, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
 	c.lru.remove(recipient)
 	c.dropped[recipient] = c.gen
+	if err == nil {
+		c.mirrorWrite(recipient, p)
+	}
 }

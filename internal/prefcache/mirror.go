@@ -33,11 +33,7 @@ func (c *Cache) loadMirror(ctx context.Context) error {
 	rows, now, err := c.store.PreferenceChanges(ctx, mirrorSince, c.o.Mirror+1)
 	var found map[string]gate.Preferences
 	if err == nil && len(rows) <= c.o.Mirror {
-		recipients := make([]string, len(rows))
-		for i, r := range rows {
-			recipients[i] = r.Recipient
-		}
-		found, err = c.store.Preferences(ctx, recipients)
+		found, err = c.store.Preferences(ctx, recipientsOf(rows))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -53,7 +49,10 @@ func (c *Cache) loadMirror(ctx context.Context) error {
 		return errTooMany
 	}
 	c.o.Log.Info("recipient preferences mirrored whole: no lookups", "recipients", len(found), "rows", len(rows))
-	c.mirror, c.mirrored = found, true
+	if found == nil {
+		found = map[string]gate.Preferences{} // mirrored, and empty
+	}
+	c.mirror = found
 	return nil
 }
 
@@ -79,18 +78,17 @@ func (c *Cache) checkMirrorSize() {
 		return
 	}
 	c.o.Log.Info("recipient preferences no longer mirrored whole: looking up the uncached", "more_than", c.o.Mirror)
-	c.mirror, c.mirrored = nil, false
+	c.mirror = nil
 	c.mirrorTried = time.Now()
 	c.gen++
 	c.lru.clear()
 }
 
-// mirrorWrite applies a write made through this cache to the mirror: p
-// stored, or the recipient deleted when p is nil. A write that failed is
-// not applied; if it committed all the same, a poll brings it. c.mu is
-// held.
+// mirrorWrite applies a write that succeeded through this cache to the
+// mirror, if there is one: p stored, or the recipient deleted when p is
+// nil. c.mu is held.
 func (c *Cache) mirrorWrite(recipient string, p *gate.Preferences) {
-	if !c.mirrored {
+	if c.mirror == nil {
 		return
 	}
 	if p == nil {
@@ -99,4 +97,13 @@ func (c *Cache) mirrorWrite(recipient string, p *gate.Preferences) {
 	}
 	c.mirror[recipient] = *p
 	c.checkMirrorSize()
+}
+
+// recipientsOf lists the recipients of changes, in their order.
+func recipientsOf(changes []gate.PreferenceChange) []string {
+	out := make([]string, len(changes))
+	for i, ch := range changes {
+		out[i] = ch.Recipient
+	}
+	return out
 }
