@@ -146,7 +146,7 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 	if !uniqueViolation(err) {
 		return nil, fmt.Errorf("claim, audit and count %d new records: %w", n, err)
 	}
-	rows, err := s.sqlDB.QueryContext(ctx, commitPostgres, cols.args()...)
+	rows, err := s.sqlDB.QueryContext(ctx, commitPostgres, cols.args(recs)...)
 	if err != nil {
 		return nil, fmt.Errorf("claim, audit and count %d records: %w", n, err)
 	}
@@ -160,8 +160,7 @@ func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[s
 // commitColumns are a batch's records column by column, for unnest().
 type commitColumns struct {
 	keys, outcomes, scenes, recipients, priorities, zones []string
-	ats, hours                                            []time.Time
-	counts                                                [gate.NumCounters][]int32
+	ats                                                   []time.Time
 	sums                                                  hourSums
 	sup                                                   suppressionColumns
 	held                                                  heldArrays
@@ -174,21 +173,12 @@ func columnsOf(recs []gate.Record, redact bool) *commitColumns {
 	c := &commitColumns{
 		keys: make([]string, n), outcomes: make([]string, n), scenes: make([]string, n),
 		recipients: make([]string, n), priorities: make([]string, n), zones: make([]string, n),
-		ats: make([]time.Time, n), hours: make([]time.Time, n),
-	}
-	for i := range c.counts {
-		c.counts[i] = make([]int32, n)
+		ats: make([]time.Time, n),
 	}
 	for i, r := range recs {
 		c.keys[i], c.outcomes[i], c.scenes[i] = r.Key, string(r.Outcome), r.Scene
 		c.recipients[i], c.priorities[i], c.zones[i] = r.Recipient, string(r.Priority), r.TZ
 		c.ats[i] = r.At.UTC().Truncate(time.Microsecond)
-		c.hours[i] = r.At.UTC().Truncate(time.Hour)
-		var one gate.SceneSummary
-		count(&one, r)
-		for j, v := range one.Counters() {
-			c.counts[j][i] = int32(*v)
-		}
 		count(c.sums.at(r.Scene, r.At), r)
 		if r.Suppression != nil {
 			c.sup.add(r, redact)
@@ -200,13 +190,30 @@ func columnsOf(recs []gate.Record, redact bool) *commitColumns {
 	return c
 }
 
-// args are the parameters of commitPostgres.
-func (c *commitColumns) args() []any {
+// args are the parameters of commitPostgres, whose counters come per
+// record of recs (the records c holds) with its hour, to be joined on the
+// keys claimed. Only the fallback from commitFresh needs them, so they are
+// built here rather than for every batch.
+func (c *commitColumns) args(recs []gate.Record) []any {
+	n := len(recs)
+	hours := make([]time.Time, n)
+	var counts [gate.NumCounters][]int32
+	for j := range counts {
+		counts[j] = make([]int32, n)
+	}
+	for i, r := range recs {
+		hours[i] = r.At.UTC().Truncate(time.Hour)
+		var one gate.SceneSummary
+		count(&one, r)
+		for j, v := range one.Counters() {
+			counts[j][i] = int32(*v)
+		}
+	}
 	args := []any{c.keys, c.outcomes, c.ats, c.scenes, c.recipients, c.priorities, c.zones}
 	args = append(args, c.sup.args()...)
 	args = append(args, c.held.args()...)
-	args = append(args, c.keys, c.scenes, c.hours)
-	for _, v := range c.counts {
+	args = append(args, c.keys, c.scenes, hours)
+	for _, v := range counts {
 		args = append(args, v)
 	}
 	return args
