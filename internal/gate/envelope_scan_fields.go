@@ -263,34 +263,31 @@ func (s *envScan) envelope(withTZ bool) envelope {
 		ReceiveIDType: s.known(envReceiveIDType), Priority: s.known(envPriority)}
 }
 
+// knownText holds the receive_id_types and priorities (receiveIDTypes and
+// the Priority constants), so that reading one a body names, as it nearly
+// always does, shares the constant instead of allocating.
+var knownText = func() map[string]string {
+	m := make(map[string]string)
+	for t := range receiveIDTypes {
+		m[t] = t
+	}
+	for _, p := range []Priority{PriorityLow, PriorityNormal, PriorityHigh, PriorityUrgent} {
+		m[string(p)] = string(p)
+	}
+	return m
+}()
+
 // known is field f's string, without an allocation when it is a known
 // receive_id_type or priority.
 func (s *envScan) known(f int) string {
 	if v := s.vals[f]; v.kind != valString || v.escaped {
 		return s.text(f)
 	}
-	switch b := s.raw(f); string(b) {
-	case "open_id":
-		return "open_id"
-	case "user_id":
-		return "user_id"
-	case "union_id":
-		return "union_id"
-	case "email":
-		return "email"
-	case "chat_id":
-		return "chat_id"
-	case "low":
-		return "low"
-	case "normal":
-		return "normal"
-	case "high":
-		return "high"
-	case "urgent":
-		return "urgent"
-	default:
-		return string(b)
+	b := s.raw(f)
+	if k, ok := knownText[string(b)]; ok {
+		return k
 	}
+	return string(b)
 }
 
 // text is field f's string, unescaped: "" when absent.
