@@ -240,12 +240,9 @@ func (s *envScan) envelope(withTZ bool) envelope {
 	}
 	var b strings.Builder
 	b.Grow(n)
-	var at [len(kept)][2]int
-	for k, f := range kept {
+	for _, f := range kept {
 		if f >= 0 && !s.vals[f].escaped {
-			at[k][0] = b.Len()
 			b.Write(s.raw(f))
-			at[k][1] = b.Len()
 		}
 	}
 	all := b.String()
@@ -254,9 +251,10 @@ func (s *envScan) envelope(withTZ bool) envelope {
 		switch {
 		case f < 0:
 		case s.vals[f].escaped:
-			vs[k] = unquote(s.data[s.vals[f].start-1 : s.vals[f].end+1])
+			vs[k] = s.text(f)
 		default:
-			vs[k] = all[at[k][0]:at[k][1]]
+			n := len(s.raw(f))
+			vs[k], all = all[:n], all[n:]
 		}
 	}
 	return envelope{ID: vs[0], UUID: vs[1], Scene: vs[2], ReceiveID: vs[3], TZ: vs[4],
