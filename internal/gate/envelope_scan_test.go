@@ -49,7 +49,7 @@ func deref(s *string) string {
 
 func jsonReason(err error) string {
 	var te *json.UnmarshalTypeError
-	if ok := asTypeError(err, &te); ok {
+	if errors.As(err, &te) {
 		return fmt.Sprintf("field %q must be a %s, not a %s", te.Field, te.Type.Kind(), te.Value)
 	}
 	return err.Error()

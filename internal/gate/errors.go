@@ -51,4 +51,3 @@ var ErrNotFound = errors.New("not found")
 // or time).
 var ErrBadRequest = errors.New("bad request")
 
-func asTypeError(err error, target any) bool { return errors.As(err, target) }
