@@ -36,20 +36,17 @@ var commitFresh = freshStatement(new(paramSeq))
 func freshStatement(p *paramSeq) string {
 	const first = ` WHERE (SELECT n FROM ledgered) > 0`
 	return `WITH claimed AS (
-	INSERT INTO decisions ("key", outcome, decided_at, scene, recipient, priority, tz)
-	SELECT ` + p.unnests("", "text", "text", "timestamptz", "text", "text", "text", "text") + `
+	INSERT INTO decisions (` + claimColumns + `)
+	SELECT ` + p.unnests("", claimTypes...) + `
 	RETURNING 1
 ), ledgered AS (
 	SELECT count(*) AS n FROM claimed
 ), audited AS (
-	INSERT INTO suppressions (message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-		limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
-	SELECT ` + p.unnests("", "text", "text", "text", "text", "text", "bigint", "integer", "text", "bigint", "integer",
-		"boolean", "text", "text", "timestamptz", "timestamptz", "text", "text") + first + `
+	INSERT INTO suppressions (` + auditColumns + `)
+	SELECT ` + p.unnests("", auditTypes...) + first + `
 	ORDER BY 1
 ), holds AS (
-	SELECT ` + p.unnests(heldColumns, "text", "text", "text", "text", "text", "text", "text", "bigint",
-		"timestamptz", "timestamptz", "timestamptz", "text", "text", "bytea") + `
+	SELECT ` + p.unnests(heldColumns, heldTypes...) + `
 ), ` + queueRows(first) + `, kept AS (
 	INSERT INTO held (` + heldColumns + `)
 	SELECT ` + heldColumns + ` FROM holds, queues_locked

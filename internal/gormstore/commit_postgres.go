@@ -35,31 +35,44 @@ const decidedPostgres = `SELECT "key", outcome, decided_at FROM decisions WHERE 
 
 var commitPostgres = commitStatement(new(paramSeq))
 
+// The columns that commitPostgres and commitFresh write to the ledger and
+// the audit, and the types of their parameters (the audit's and the held
+// messages' without the key commitPostgres joins on), in the order of
+// commitColumns.
+const (
+	claimColumns = `"key", outcome, decided_at, scene, recipient, priority, tz`
+	auditColumns = `message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
+		limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as`
+)
+
+var (
+	claimTypes = []string{"text", "text", "timestamptz", "text", "text", "text", "text"}
+	auditTypes = []string{"text", "text", "text", "text", "text", "bigint", "integer", "text", "bigint", "integer",
+		"boolean", "text", "text", "timestamptz", "timestamptz", "text", "text"}
+	heldTypes = []string{"text", "text", "text", "text", "text", "text", "text", "bigint",
+		"timestamptz", "timestamptz", "timestamptz", "text", "text", "bytea"}
+)
+
 // commitStatement is the text of the statement above, its parameters
 // numbered in the order commitOnPostgres passes them.
 func commitStatement(p *paramSeq) string {
 	return `WITH claimed AS (
-	INSERT INTO decisions ("key", outcome, decided_at, scene, recipient, priority, tz)
-	SELECT * FROM unnest(` + p.arrays("text", "text", "timestamptz", "text", "text", "text", "text") + `)
+	INSERT INTO decisions (` + claimColumns + `)
+	SELECT * FROM unnest(` + p.arrays(claimTypes...) + `)
 	ON CONFLICT ("key") DO NOTHING
 	RETURNING "key"
 ), audited AS (
-	INSERT INTO suppressions (message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-		limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
-	SELECT message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-		limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as
-	FROM unnest(` + p.arrays("text", "text", "text", "text", "text", "text", "bigint", "integer", "text", "bigint", "integer",
-		"boolean", "text", "text", "timestamptz", "timestamptz", "text", "text") + `)
-		AS s("key", message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
-		limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as)
+	INSERT INTO suppressions (` + auditColumns + `)
+	SELECT ` + auditColumns + `
+	FROM unnest(` + p.arrays(append([]string{"text"}, auditTypes...)...) + `)
+		AS s("key", ` + auditColumns + `)
 	WHERE "key" IN (SELECT "key" FROM claimed)
 	ORDER BY message_id
 	ON CONFLICT (message_id) DO NOTHING
 	RETURNING message_id, payload
 ), holds AS (
 	SELECT ` + heldColumns + `
-	FROM unnest(` + p.arrays("text", "text", "text", "text", "text", "text", "text", "text", "bigint",
-		"timestamptz", "timestamptz", "timestamptz", "text", "text", "bytea") + `)
+	FROM unnest(` + p.arrays(append([]string{"text"}, heldTypes...)...) + `)
 		AS h("key", ` + heldColumns + `)
 	WHERE "key" IN (SELECT "key" FROM claimed)
 ), ` + queueRows("") + `, kept AS (
