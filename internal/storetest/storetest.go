@@ -50,7 +50,7 @@ type Backend struct {
 // Run runs the conformance suite against the stores h opens.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
-	for _, tc := range slices.Concat(cases, calendarCases, rateCases) {
+	for _, tc := range slices.Concat(cases, forgetCases, calendarCases, rateCases) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := h.Open(t)
