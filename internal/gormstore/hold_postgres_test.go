@@ -35,10 +35,15 @@ func releaseAll(due [][]gate.Held, now time.Time) []gate.Settlement {
 
 // TestPostgresSettleConcurrent: two gates settling at once never get the
 // same queue. Each settle callback waits until both are inside, so both
-// transactions hold their queues at the same time.
+// transactions hold their queues at the same time. It fails at once, not
+// after conditionDeadline, when a message is handed to both (a doubled
+// release) or when one gate waits for the other's queue lock (once that
+// one ends it would be handed the same queue).
 func TestPostgresSettleConcurrent(t *testing.T) {
-	opts := postgresOptions(t)
-	gates := []*Store{MustOpen(t, opts), MustOpen(t, opts)}
+	schemaURL := testenv.PostgresSchemaURL(t)
+	apps := []string{testenv.Unique("settle0"), testenv.Unique("settle1")}
+	gates := []*Store{MustOpen(t, Options{DatabaseURL: withApplicationName(t, schemaURL, apps[0])}),
+		MustOpen(t, Options{DatabaseURL: withApplicationName(t, schemaURL, apps[1])})}
 	MustCommit(t, gates[0],
 		heldRec("a1", "disk", "open_id:ou_a", "disk", gate.HoldDefer, 1, t0, t0),
 		heldRec("a2", "disk", "open_id:ou_a", "disk", gate.HoldDefer, 2, t0, t0),
@@ -53,6 +58,28 @@ func TestPostgresSettleConcurrent(t *testing.T) {
 	inside.Add(len(gates))
 	bothInside := make(chan struct{})
 	go func() { inside.Wait(); close(bothInside) }()
+	// abort gets why a gate cannot go on: it was handed a message the
+	// other holds, or it was seen waiting for a lock before both were
+	// inside (each gate's lock wait is looked for by its own connections'
+	// name, from the other's pool). The gate waiting for both to be
+	// inside then gives up at once.
+	abort := make(chan string, len(gates))
+	giveUp := func(why string) {
+		select {
+		case abort <- why:
+		default:
+		}
+	}
+	watch, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	for i, app := range apps {
+		go func() {
+			if waitForLockWait(watch, gates[1-i], app) != nil {
+				return
+			}
+			giveUp(fmt.Sprintf("gate %d waits for a queue the other holds instead of skipping it: it would be handed the same queue next", i))
+		}()
+	}
 	settled := make([]int, len(gates))
 	errs := make([]error, len(gates))
 	var wg sync.WaitGroup
@@ -60,11 +87,25 @@ func TestPostgresSettleConcurrent(t *testing.T) {
 		wg.Go(func() {
 			settled[i], errs[i] = s.Settle(context.Background(), now, 1, 10, func(ctx context.Context, due [][]gate.Held) ([]gate.Settlement, error) {
 				mu.Lock()
-				got = append(got, heldIDs(due)...)
+				ids := heldIDs(due)
+				for _, q := range got {
+					for _, id := range q {
+						if slices.ContainsFunc(ids, func(mine []string) bool { return slices.Contains(mine, id) }) {
+							mu.Unlock()
+							why := id + " handed to both gates: a doubled release"
+							giveUp(why)
+							return nil, errors.New(why)
+						}
+					}
+				}
+				got = append(got, ids...)
 				mu.Unlock()
 				inside.Done()
 				select {
 				case <-bothInside:
+					stopWatch()
+				case why := <-abort:
+					return nil, errors.New(why)
 				case <-time.After(conditionDeadline):
 					return nil, errors.New("the other gate never got a queue while this one held its own")
 				}
@@ -128,15 +169,8 @@ func TestPostgresCommitWaitsForSettle(t *testing.T) {
 	settler := MustOpen(t, Options{DatabaseURL: schemaURL})
 	// The committing gate names its connections, so the test can see one
 	// wait for a lock.
-	u, err := url.Parse(schemaURL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	app := testenv.Unique("commit")
-	q := u.Query()
-	q.Set("application_name", app)
-	u.RawQuery = q.Encode()
-	committer := MustOpen(t, Options{DatabaseURL: u.String()})
+	committer := MustOpen(t, Options{DatabaseURL: withApplicationName(t, schemaURL, app)})
 	MustCommit(t, settler,
 		heldRec("m1", "disk", ou1, "disk", gate.HoldDefer, 1, t0, t0),
 		heldRec("m2", "disk", ou1, "disk", gate.HoldDefer, 2, t0, t0))
@@ -179,6 +213,20 @@ func TestPostgresCommitWaitsForSettle(t *testing.T) {
 	}
 }
 
+// withApplicationName is schemaURL with its connections named app, so that
+// pg_stat_activity tells them apart.
+func withApplicationName(t *testing.T, schemaURL, app string) string {
+	t.Helper()
+	u, err := url.Parse(schemaURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // waitForLockWait waits until a session of application app waits for a
 // lock.
 func waitForLockWait(ctx context.Context, s *Store, app string) error {
@@ -203,6 +251,12 @@ func waitForLockWait(ctx context.Context, s *Store, app string) error {
 // TestPostgresHoldCommitsAndSettlesAtOnce: gates committing held messages
 // into shared queues and scenes while two others settle them: no deadlock
 // (it would surface as an error), every message released exactly once.
+// The first message handed over twice ends the test at once.
+//
+// This test and TestPostgresSettleConcurrent are what guard against a
+// doubled release: the end-to-end tests' "once each" checks read GATE_OUT,
+// whose duplicate window drops a second publish of the same message id, so
+// a message released twice within it still reaches GATE_OUT once.
 func TestPostgresHoldCommitsAndSettlesAtOnce(t *testing.T) {
 	opts := postgresOptions(t)
 	s := MustOpen(t, opts)
@@ -247,7 +301,15 @@ func TestPostgresHoldCommitsAndSettlesAtOnce(t *testing.T) {
 			err := settleUntil(ctx, store, t0, done, func(h gate.Held) {
 				mu.Lock()
 				counts[h.MessageID]++
+				again := counts[h.MessageID] == 2
 				mu.Unlock()
+				if again {
+					// A doubled release: fail now, not when the context
+					// ends (a message never leaving held is handed over
+					// round after round, so settleUntil would not return).
+					fail(fmt.Errorf("%s handed over a second time", h.MessageID))
+					cancel()
+				}
 			})
 			if err != nil {
 				fail(fmt.Errorf("settle: %w", err))
