@@ -168,6 +168,12 @@ func cmpOr(a, b string) string {
 
 // onceEach fails unless every id is on GATE_OUT exactly once, counted by
 // Nats-Msg-Id over the whole stream.
+//
+// It cannot see a doubled release: GATE_OUT drops a second publish of a
+// Nats-Msg-Id within its duplicate window, so a message released twice
+// within it is on the stream once. The PostgreSQL settle tests of
+// internal/gormstore (TestPostgresSettleConcurrent,
+// TestPostgresHoldCommitsAndSettlesAtOnce) are what guard against that.
 func onceEach(t testing.TB, all []outMsg, ids ...string) {
 	t.Helper()
 	n := map[string]int{}
