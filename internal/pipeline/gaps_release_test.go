@@ -19,15 +19,6 @@ func quietNight() *gate.QuietHours {
 	return &gate.QuietHours{From: 22 * time.Hour, To: 8 * time.Hour, Action: gate.ActionDefer}
 }
 
-func loadZone(t *testing.T, name string) *time.Location {
-	t.Helper()
-	z, err := gate.LoadZone(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return z
-}
-
 // heldBy returns an edit of a held message: its queue's recipient, its own
 // zone (tz, "" for none), held by quiet hours, expiring after max_defer.
 func heldBy(recipient, tz string, expires time.Time) func(*gate.Held) {
@@ -42,9 +33,13 @@ func heldBy(recipient, tz string, expires time.Time) func(*gate.Held) {
 // 09:00 in New York (not quiet) and 23:00 in Tokyo, the scene's zone
 // (quiet until 08:00 there, 23:00 UTC).
 func TestReleaseQuietHoursInTheMessagesOwnZone(t *testing.T) {
+	tokyo, err := gate.LoadZone("Asia/Tokyo")
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := newReleaseEnv(t)
 	e.rules.Scenes["qz"] = gate.SceneRule{Limits: []gate.Limit{{Window: time.Hour, Max: 1}}, OnExceed: gate.ActionDefer,
-		MaxDefer: gate.DefaultMaxDefer, QuietHours: quietNight(), TZ: "Asia/Tokyo", Zone: loadZone(t, "Asia/Tokyo")}
+		MaxDefer: gate.DefaultMaxDefer, QuietHours: quietNight(), TZ: "Asia/Tokyo", Zone: tokyo}
 	e.now = time.Date(2026, 11, 22, 14, 0, 0, 0, time.UTC)
 	expires := e.now.Add(gate.DefaultMaxDefer)
 	e.hold(gate.HoldDefer, "qz", "qz", "own", heldBy("open_id:ou_ny", "America/New_York", expires))

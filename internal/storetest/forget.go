@@ -22,11 +22,7 @@ var forgetCases = []testCase{
 // leaves it; the forgotten id is new to the scene again.
 func testForgetOneOfSeveral(t *testing.T, b Backend) {
 	r, l, capl := newRecipient(), lim(time.Hour, 3), lim(time.Hour, 4)
-	q := func(scene string) gate.AdmitRequest {
-		x := req(r, scene, newID(), l)
-		x.Caps = limits(capl)
-		return x
-	}
+	q := func(scene string) gate.AdmitRequest { return withCaps(req(r, scene, newID(), l), capl) }
 	// Apart by more than the clock's resolution, so that "oldest" is one
 	// member on every store.
 	oldest, middle, newest := q("s"), q("s"), q("s")
@@ -63,4 +59,10 @@ func testForgetOneOfSeveral(t *testing.T, b Backend) {
 	// then it too reopens when the oldest leaves it.
 	wantAdmitted(t, "another scene, under the cap", admitOne(t, b.Store, q("t")))
 	wantRejected(t, "another scene, cap full", admitOne(t, b.Store, q("t")), gate.Exceeded{Scope: gate.ScopeRecipient, Limit: capl, Count: 4}, reopen)
+}
+
+// withCaps is q under the recipient caps caps.
+func withCaps(q gate.AdmitRequest, caps ...gate.Limit) gate.AdmitRequest {
+	q.Caps = caps
+	return q
 }
