@@ -21,23 +21,44 @@ build:
 run: build
 	./$(BIN) serve
 
+# with_services starts (installing when missing) the services named by the
+# scripts in $(1), each of which prints KEY=VALUE lines, and exports what they
+# print to the rest of the recipe line. Every target that needs real services
+# begins its recipe with @$(call with_services,SCRIPTS) and a ; and backslash.
+with_services = set -e; env_file=$$(mktemp); trap 'rm -f $$env_file' EXIT; \
+	for script in $(1); do bash scripts/$$script >> $$env_file; done; \
+	set -a; . $$env_file; set +a
+
+# fuzz_runs runs each fuzzer for a fixed count of inputs (about 15 s each on a
+# quiet machine): a count, not a duration, because a -fuzztime duration races
+# Go's fuzz coordinator before Go 1.27 (golang/go#75804) and fails a loaded run
+# with "context deadline exceeded". FuzzCommitParsed commits to PostgreSQL too,
+# so it runs after with_services. Both fuzz and test run it.
+fuzz_runs = \
+	$(GO) test -run '^$$' -fuzz '^FuzzParseMessage$$' -fuzztime 150000x ./internal/gate; \
+	$(GO) test -run '^$$' -fuzz '^FuzzParseDelivery$$' -fuzztime 300000x ./internal/gate; \
+	$(GO) test -run '^$$' -fuzz '^FuzzEnvelopeMatchesJSON$$' -fuzztime 300000x ./internal/gate; \
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 100000x ./internal/rules; \
+	$(GO) test -run '^$$' -fuzz '^FuzzCommitParsed$$' -fuzztime 1000x -fuzzminimizetime 1s ./internal/gormstore
+
 # Start (installing when missing) Redis and PostgreSQL on loopback, then run
 # every test against them. GATE_TEST_REQUIRE_SERVICES=1 turns any test that
 # would skip for a missing service into a failure.
 test:
-	@set -e; env_file=$$(mktemp); trap 'rm -f $$env_file' EXIT; \
-	bash scripts/services.sh > $$env_file; \
-	bash scripts/redis-cluster.sh >> $$env_file; \
-	bash scripts/nacos.sh >> $$env_file; \
-	bash scripts/browser.sh >> $$env_file; bash scripts/schemathesis.sh >> $$env_file; \
-	set -a; . $$env_file; set +a; \
+	@$(call with_services,services.sh redis-cluster.sh nacos.sh browser.sh schemathesis.sh); \
 	export GATE_TEST_REQUIRE_SERVICES=1; \
 	echo "make test: services ready; running go test $(TESTFLAGS) $(PKGS)"; \
 	$(GO) vet $(PKGS); \
 	$(GO) test $(TESTFLAGS) $(PKGS); \
-	$(GO) test -run '^$$' -fuzz '^FuzzParseMessage$$' -fuzztime 150000x ./internal/gate; $(GO) test -run '^$$' -fuzz '^FuzzParseDelivery$$' -fuzztime 300000x ./internal/gate; $(GO) test -run '^$$' -fuzz '^FuzzEnvelopeMatchesJSON$$' -fuzztime 300000x ./internal/gate; $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 100000x ./internal/rules; $(GO) test -run '^$$' -fuzz '^FuzzCommitParsed$$' -fuzztime 1000x -fuzzminimizetime 1s ./internal/gormstore; \
+	$(fuzz_runs); \
 	echo "make test: Nacos tests without -race (nacos-sdk-go races internally; see cmd/gate/nacos_test.go)"; \
 	$(GO) test -count=1 -timeout 10m -run 'Nacos' ./cmd/gate
+
+# Only the fuzzers of make test, on the services FuzzCommitParsed needs.
+fuzz:
+	@$(call with_services,services.sh); \
+	export GATE_TEST_REQUIRE_SERVICES=1; \
+	$(fuzz_runs)
 
 # Only the tests that need no service (integration tests skip).
 test-unit:
@@ -53,20 +74,16 @@ services:
 # is built from go.mod's version and runs as a process of its own.
 BENCH_PKGS := ./internal/gate ./internal/redisstore ./internal/gormstore ./internal/pipeline
 bench: build
-	@set -e; env_file=$$(mktemp); trap 'rm -f $$env_file' EXIT; \
-	bash scripts/services.sh > $$env_file; \
-	set -a; . $$env_file; set +a; \
+	@$(call with_services,services.sh); \
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nats-server github.com/nats-io/nats-server/v2; \
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 $(BENCH_PKGS); \
 	$(GO) run ./cmd/gatebench -gate-bin $(BIN) -nats-bin bin/nats-server
 
 # Latency of the check API (POST /v1/check and gate.check) on Redis and
 # PostgreSQL, at 1,000 checks/s and at the highest rate the gate sustains
-# (README "Ask the gate"). About a minute per transport.
+# (docs/benchmarks.md, "The check API"). About a minute per transport.
 bench-check: build
-	@set -e; env_file=$$(mktemp); trap 'rm -f $$env_file' EXIT; \
-	bash scripts/services.sh > $$env_file; \
-	set -a; . $$env_file; set +a; \
+	@$(call with_services,services.sh); \
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nats-server github.com/nats-io/nats-server/v2; \
 	$(GO) run ./cmd/gatebench -check -gate-bin $(BIN) -nats-bin bin/nats-server
 
@@ -79,8 +96,5 @@ clean:
 
 # Delay from a Nacos publish to the new rules being in force (median, p99).
 bench-nacos:
-	@set -e; env_file=$$(mktemp); trap 'rm -f $$env_file' EXIT; \
-	bash scripts/services.sh > $$env_file; \
-	bash scripts/nacos.sh >> $$env_file; \
-	set -a; . $$env_file; set +a; \
+	@$(call with_services,services.sh nacos.sh); \
 	$(GO) test -run '^$$' -bench NacosReload -benchtime 100x -count 3 ./cmd/gate
