@@ -28,6 +28,11 @@ find_bin() {
   return 1
 }
 
+# Concurrent runs (several test suites on one machine) build once: the
+# others wait for the lock, then find the binary.
+mkdir -p "$TOOLS_DIR"
+exec 9>"$TOOLS_DIR/.rnacos-build.lock"
+flock 9
 if ! bin=$(find_bin); then
   cargo=$(command -v cargo 2>/dev/null || echo "$HOME/.cargo/bin/cargo")
   [ -x "$cargo" ] || die "no rnacos binary and no cargo to build it (install Rust with rustup, or set RNACOS_BIN)"
@@ -36,6 +41,7 @@ if ! bin=$(find_bin); then
     die "cargo install rnacos failed, see $STATE_DIR/rnacos-build.log"
   bin="$TOOLS_DIR/bin/rnacos"
 fi
+flock -u 9
 
 # The tests also start r-nacos servers of their own (to stop and restart
 # them), so the binary is needed even when a server already answers.
