@@ -21,8 +21,8 @@ import (
 	"github.com/antifatigue/gate/internal/natsbus"
 	"github.com/antifatigue/gate/internal/pipeline"
 	"github.com/antifatigue/gate/internal/prefcache"
-	"github.com/antifatigue/gate/internal/redact"
 	"github.com/antifatigue/gate/internal/preview"
+	"github.com/antifatigue/gate/internal/redact"
 	"github.com/antifatigue/gate/internal/rules"
 	"github.com/prometheus/client_golang/prometheus"
 )
