@@ -31,13 +31,18 @@ func report(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	fs := flag.NewFlagSet("gate report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	format := fs.String("format", "table", "table, json or csv")
-	since := fs.String("since", "", "start time, RFC 3339, or a duration back from now such as 24h (default 24h for summary)")
-	until := fs.String("until", "", "end time, RFC 3339")
-	scene := fs.String("scene", "", "suppressions: only this scene")
-	recipient := fs.String("recipient", "", "suppressions: only this recipient (receive_id_type:receive_id)")
-	limit := fs.Int("limit", 100, "suppressions: rows per page")
-	all := fs.Bool("all", false, "suppressions: follow next_cursor through every page")
+	var o struct {
+		format, since, until, scene, recipient string
+		limit                                  int
+		all                                    bool
+	}
+	fs.StringVar(&o.format, "format", "table", "table, json or csv")
+	fs.StringVar(&o.since, "since", "", "start time, RFC 3339, or a duration back from now such as 24h (default 24h for summary)")
+	fs.StringVar(&o.until, "until", "", "end time, RFC 3339")
+	fs.StringVar(&o.scene, "scene", "", "suppressions: only this scene")
+	fs.StringVar(&o.recipient, "recipient", "", "suppressions: only this recipient (receive_id_type:receive_id)")
+	fs.IntVar(&o.limit, "limit", 100, "suppressions: rows per page")
+	fs.BoolVar(&o.all, "all", false, "suppressions: follow next_cursor through every page")
 	var server, token string
 	if _, err := parseSettings(fs, clientSettings(&server, &token), args, getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -45,13 +50,13 @@ func report(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		return err
 	}
-	switch *format {
+	switch o.format {
 	case "table", "json", "csv":
 	default:
-		return &usageError{fmt.Sprintf("--format must be table, json or csv, got %q", *format)}
+		return &usageError{fmt.Sprintf("--format must be table, json or csv, got %q", o.format)}
 	}
 	q := url.Values{}
-	s := *since
+	s := o.since
 	if s == "" && kind == "summary" {
 		s = "24h"
 	}
@@ -62,8 +67,8 @@ func report(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		q.Set("since", t.Format(time.RFC3339))
 	}
-	if *until != "" {
-		q.Set("until", *until)
+	if o.until != "" {
+		q.Set("until", o.until)
 	}
 	c := apiclient.New(server, apiclient.Options{Token: token, Name: "report"})
 	if kind == "summary" {
@@ -71,15 +76,15 @@ func report(ctx context.Context, args []string, getenv func(string) string, stdo
 		if err != nil {
 			return err
 		}
-		return printSummary(stdout, *format, sum)
+		return printSummary(stdout, o.format, sum)
 	}
-	if *scene != "" {
-		q.Set("scene", *scene)
+	if o.scene != "" {
+		q.Set("scene", o.scene)
 	}
-	if *recipient != "" {
-		q.Set("recipient", *recipient)
+	if o.recipient != "" {
+		q.Set("recipient", o.recipient)
 	}
-	q.Set("limit", strconv.Itoa(*limit))
+	q.Set("limit", strconv.Itoa(o.limit))
 	var rows []gate.Suppression
 	for {
 		page, err := c.Suppressions(ctx, q)
@@ -87,12 +92,12 @@ func report(ctx context.Context, args []string, getenv func(string) string, stdo
 			return err
 		}
 		rows = append(rows, page.Items...)
-		if !*all || page.NextCursor == "" {
+		if !o.all || page.NextCursor == "" {
 			break
 		}
 		q.Set("cursor", page.NextCursor)
 	}
-	return printSuppressions(stdout, *format, rows)
+	return printSuppressions(stdout, o.format, rows)
 }
 
 func parseSince(s string, now time.Time) (time.Time, error) {
