@@ -68,4 +68,3 @@ func kindOfAck(body []byte) ackKind {
 	}
 	return ackOther
 }
-

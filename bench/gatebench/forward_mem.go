@@ -100,4 +100,3 @@ func rssGrowth(ctx context.Context, bin string, n int, withIDs bool) (int64, err
 	}
 	return after - before, nil
 }
-

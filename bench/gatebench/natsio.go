@@ -103,4 +103,3 @@ func (w *ackWatch) seen() (lat []time.Duration, outcomes, naks, repeats int, las
 }
 
 func (w *ackWatch) close() { _ = w.sub.Unsubscribe() }
-
