@@ -1,18 +1,13 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
-
-	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/internal/httpapi"
 )
 
 // Timeouts of one request: a report is one query; a preview replays up to
@@ -62,37 +57,12 @@ func New(server string, o Options) *Client {
 // Base is the gate's base URL, as errors and messages name it.
 func (c *Client) Base() string { return c.base }
 
-// Summary reads GET /v1/reports/summary with the query q (since, until).
-func (c *Client) Summary(ctx context.Context, q url.Values) (httpapi.Summary, error) {
-	var sum httpapi.Summary
-	err := c.Do(ctx, http.MethodGet, "/v1/reports/summary", q, nil, &sum)
-	return sum, err
-}
-
-// Suppressions reads one page of GET /v1/suppressions with the query q
-// (since, until, scene, recipient, limit, cursor).
-func (c *Client) Suppressions(ctx context.Context, q url.Values) (gate.SuppressionPage, error) {
-	var page gate.SuppressionPage
-	err := c.Do(ctx, http.MethodGet, "/v1/suppressions", q, nil, &page)
-	return page, err
-}
-
-// Preview asks the gate to replay the decisions since since (a duration
-// back from now such as 24h or 7d, or an RFC 3339 time) against the rule
-// document doc (POST /v1/rules/preview).
-func (c *Client) Preview(ctx context.Context, doc []byte, since string) (*gate.RulePreview, error) {
-	var p gate.RulePreview
-	if err := c.Do(ctx, http.MethodPost, "/v1/rules/preview", url.Values{"since": {since}}, bytes.NewReader(doc), &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
-}
-
-// Do sends a request with body (nil for none) and decodes the JSON of a
-// 200 answer into out; any other status is an error with the answer's
-// error text, and a 401 says which variable holds the token.
-func (c *Client) Do(ctx context.Context, method, path string, q url.Values, body io.Reader, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path+"?"+q.Encode(), body)
+// Do sends a request for path with the encoded query (url.Values.Encode)
+// and body (nil for none), and decodes the JSON of a 200 answer into out;
+// any other status is an error with the answer's error text, and a 401
+// says which variable holds the token.
+func (c *Client) Do(ctx context.Context, method, path, query string, body io.Reader, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path+"?"+query, body)
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.name, err)
 	}
