@@ -100,8 +100,8 @@ func settings(c *config) []setting {
 		{"pprof-addr", "GATE_PPROF_ADDR", "", "loopback address (127.0.0.1:6060) to serve Go runtime profiles on, /debug/pprof/; empty: off", false, str(&c.PprofAddr)},
 		{"api-token", "GATE_API_TOKEN", "", "bearer token required on /v1/* (prefer the variable to the flag)", true, str(&c.APIToken)},
 		{"rules", "GATE_RULES", "./rules", "rule document: a YAML file or a folder of them", false, str(&c.Rules)},
-		{"rules-poll", "GATE_RULES_POLL", rules.DefaultWatchInterval.String(), "how often the rules file or folder is checked for changes", false, dur(&c.RulesPoll)},
-		{"nacos-resync", "GATE_NACOS_RESYNC", nacosrules.DefaultResync.String(), "how often the Nacos document is re-read besides push notifications", false, dur(&c.NacosResync)},
+		{"rules-poll", "GATE_RULES_POLL", durationText(rules.DefaultWatchInterval), "how often the rules file or folder is checked for changes", false, dur(&c.RulesPoll)},
+		{"nacos-resync", "GATE_NACOS_RESYNC", durationText(nacosrules.DefaultResync), "how often the Nacos document is re-read besides push notifications", false, dur(&c.NacosResync)},
 		{"log-level", "GATE_LOG_LEVEL", "info", "debug, info, warn or error", false, str(&c.LogLevel)},
 		{"log-format", "GATE_LOG_FORMAT", "text", "text or json", false, str(&c.LogFormat)},
 		{"in-subject", "GATE_IN_SUBJECT", natsbus.DefaultInSubject, "subject producers publish to", false, str(&c.InSubject)},
@@ -109,12 +109,12 @@ func settings(c *config) []setting {
 		{"dead-subject", "GATE_DEAD_SUBJECT", natsbus.DefaultDeadSubject, "subject undecidable messages are parked on", false, str(&c.DeadSubject)},
 		{"check-subject", "GATE_CHECK_SUBJECT", natsbus.DefaultCheckSubject, "subject of synchronous checks (core NATS request-reply, as POST /v1/check)", false, str(&c.CheckSubject)},
 		{"refund-subject", "GATE_REFUND_SUBJECT", natsbus.DefaultRefundSubject, "subject senders publish refunds to (captured by the GATE_REFUND stream)", false, str(&c.RefundSubject)},
-		{"out-duplicate-window", "GATE_OUT_DUPLICATE_WINDOW", natsbus.DefaultOutDuplicates.String(), "GATE_OUT's duplicate window, which keeps one copy of a forward published again after a crash; from 10m to 72h, at least 8 x GATE_ACK_WAIT. nats-server keeps about 240 bytes per id in it", false, dur(&c.OutDuplicates)},
+		{"out-duplicate-window", "GATE_OUT_DUPLICATE_WINDOW", durationText(natsbus.DefaultOutDuplicates), "GATE_OUT's duplicate window, which keeps one copy of a forward published again after a crash; from 10m to 72h, at least 8 x GATE_ACK_WAIT. nats-server keeps about 240 bytes per id in it", false, dur(&c.OutDuplicates)},
 		{"max-message-bytes", "GATE_MAX_MESSAGE_BYTES", strconv.Itoa(gate.DefaultMaxMessageBytes), "largest envelope decided; larger ones go to the dead letter", false, wholeNumber(&c.MaxMessageBytes)},
 		{"batch", "GATE_BATCH", strconv.Itoa(natsbus.DefaultBatch), "most messages decided together", false, wholeNumber(&c.Batch)},
 		{"batch-wait", "GATE_BATCH_WAIT", "0s", "how long a batch that is not full waits for more messages (0: a batch is what has arrived); up to 100ms", false, dur(&c.BatchWait)},
-		{"store-timeout", "GATE_STORE_TIMEOUT", redisstore.DefaultTimeout.String(), "longest wait for the window store on one batch", false, dur(&c.StoreTimeout)},
-		{"ack-wait", "GATE_ACK_WAIT", natsbus.DefaultAckWait.String(), "JetStream AckWait of the gate consumer: how soon the messages of a gate that died go to another; a slow batch keeps its own with heartbeats, for up to 3 times this", false, dur(&c.AckWait)},
+		{"store-timeout", "GATE_STORE_TIMEOUT", durationText(redisstore.DefaultTimeout), "longest wait for the window store on one batch", false, dur(&c.StoreTimeout)},
+		{"ack-wait", "GATE_ACK_WAIT", durationText(natsbus.DefaultAckWait), "JetStream AckWait of the gate consumer: how soon the messages of a gate that died go to another; a slow batch keeps its own with heartbeats, for up to 3 times this", false, dur(&c.AckWait)},
 		{"max-ack-pending", "GATE_MAX_ACK_PENDING", strconv.Itoa(natsbus.DefaultMaxAckPending), "JetStream MaxAckPending of the gate consumer", false, wholeNumber(&c.MaxAckPending)},
 		{"max-deliver", "GATE_MAX_DELIVER", "-1", "most deliveries of one message; one that exhausts them is parked on the dead-letter subject (-1: retry without limit)", false, parsed(&c.MaxDeliver, "-1 (no limit) or a whole number from 1", func(v string) (int, bool) {
 			n, err := strconv.Atoi(v)
@@ -124,13 +124,13 @@ func settings(c *config) []setting {
 		{"redact-payload", "GATE_REDACT_PAYLOAD", "false", "leave the payload out of suppression rows", false, boolean(&c.RedactPayload)},
 		{"preview-max-decisions", "GATE_PREVIEW_MAX_DECISIONS", strconv.Itoa(preview.DefaultMaxDecisions), "most ledger rows one rule preview replays (POST /v1/rules/preview); a preview that reaches it says so", false, wholeNumber(&c.PreviewMax)},
 		{"preferences-cache", "GATE_PREFERENCES_CACHE", strconv.Itoa(prefcache.DefaultSize), "most preference rows each gate mirrors whole (then no lookups), else the most recipients whose preferences (or lack of them) it keeps in memory; a change reaches every gate within about a second whatever the size", false, num(&c.PreferencesCache, 1, "a whole number from 1")},
-		{"ledger-retention", "GATE_LEDGER_RETENTION", gormstore.DefaultLedgerRetention.String(), "how long decided message ids are remembered for de-duplication", false, dur(&c.LedgerRetention)},
+		{"ledger-retention", "GATE_LEDGER_RETENTION", durationText(gormstore.DefaultLedgerRetention), "how long decided message ids are remembered for de-duplication", false, dur(&c.LedgerRetention)},
 		{"audit-retention", "GATE_AUDIT_RETENTION", "90d", "how long suppression rows are kept, as a Go duration or days (90d); 0 keeps them forever", false, parsed(&c.AuditRetention, "a duration such as 2160h or days such as 90d", func(v string) (time.Duration, bool) {
 			d, err := gate.ParseDuration(v)
 			return d, err == nil && d >= 0
 		})},
 		{"shutdown-timeout", "GATE_SHUTDOWN_TIMEOUT", "10s", "longest graceful shutdown", false, dur(&c.ShutdownTimeout)},
-		{"release-interval", "GATE_RELEASE_INTERVAL", pipeline.DefaultReleaseInterval.String(), "how often held messages (defer, digest, quiet hours) are checked for release", false, dur(&c.ReleaseInterval)},
+		{"release-interval", "GATE_RELEASE_INTERVAL", durationText(pipeline.DefaultReleaseInterval), "how often held messages (defer, digest, quiet hours) are checked for release", false, dur(&c.ReleaseInterval)},
 		{"test-clock", "GATE_TEST_CLOCK", "", "for tests only: an RFC 3339 instant the gate's clock starts at, then runs on in real time (empty: the real clock)", false, func(v string) error {
 			if v == "" {
 				c.TestClock = time.Time{}

@@ -117,6 +117,19 @@ func num(p *int, least int, want string) func(string) error {
 	})
 }
 
+// durationText is d as a default is written: 2h, 1m, 30s, 500ms, not
+// time.Duration's 2h0m0s.
+func durationText(d time.Duration) string {
+	t := d.String()
+	if strings.HasSuffix(t, "m0s") {
+		t = strings.TrimSuffix(t, "0s")
+	}
+	if strings.HasSuffix(t, "h0m") {
+		t = strings.TrimSuffix(t, "0m")
+	}
+	return t
+}
+
 func boolean(p *bool) func(string) error {
 	return parsed(p, "true or false", func(v string) (bool, bool) {
 		b, err := strconv.ParseBool(v)
