@@ -68,7 +68,7 @@ services:
 	bash scripts/services.sh
 
 # The gate against this machine's ceilings and the seed design, on real
-# services, in one run (cmd/gatebench; README "Results"): 3 runs of 200,000
+# services, in one run (bench/gatebench; README "Results"): 3 runs of 200,000
 # messages and their medians, after the Go benchmarks of the hot functions.
 # GATE_BENCH_N=20000 GATE_BENCH_RUNS=1 make bench is a quick run. nats-server
 # is built from go.mod's version and runs as a process of its own.
@@ -77,7 +77,7 @@ bench: build
 	@$(call with_services,services.sh); \
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nats-server github.com/nats-io/nats-server/v2; \
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 $(BENCH_PKGS); \
-	$(GO) run ./cmd/gatebench -gate-bin $(BIN) -nats-bin bin/nats-server
+	$(GO) run ./bench/gatebench -gate-bin $(BIN) -nats-bin bin/nats-server
 
 # Latency of the check API (POST /v1/check and gate.check) on Redis and
 # PostgreSQL, at 1,000 checks/s and at the highest rate the gate sustains
@@ -85,7 +85,7 @@ bench: build
 bench-check: build
 	@$(call with_services,services.sh); \
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nats-server github.com/nats-io/nats-server/v2; \
-	$(GO) run ./cmd/gatebench -check -gate-bin $(BIN) -nats-bin bin/nats-server
+	$(GO) run ./bench/gatebench -check -gate-bin $(BIN) -nats-bin bin/nats-server
 
 lint:
 	$(GO) vet $(PKGS)

@@ -12,6 +12,15 @@ import (
 	"unicode"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/gormstore"
+	"github.com/antifatigue/gate/internal/httpapi"
+	"github.com/antifatigue/gate/internal/nacosrules"
+	"github.com/antifatigue/gate/internal/natsbus"
+	"github.com/antifatigue/gate/internal/pipeline"
+	"github.com/antifatigue/gate/internal/prefcache"
+	"github.com/antifatigue/gate/internal/preview"
+	"github.com/antifatigue/gate/internal/redisstore"
+	"github.com/antifatigue/gate/internal/rules"
 )
 
 // config is every setting of gate serve. Each is a flag and a GATE_*
@@ -66,59 +75,24 @@ type config struct {
 	explicit map[string]bool
 }
 
-// setting describes one flag and its variable.
-type setting struct {
-	flag, env, def, help string
-	secret               bool
-	set                  func(string) error
-}
-
+// settings is gate serve's settings table: every flag, its variable and
+// default. The defaults are the constants of the packages that own them.
 func settings(c *config) []setting {
-	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
-	dur := func(p *time.Duration) func(string) error {
-		return func(v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				return fmt.Errorf("want a duration such as 200ms or 30s, got %q", v)
-			}
-			*p = d
-			return nil
-		}
-	}
-	num := func(p *int) func(string) error {
-		return func(v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return fmt.Errorf("want a whole number, got %q", v)
-			}
-			*p = n
-			return nil
-		}
-	}
-	boolean := func(p *bool) func(string) error {
-		return func(v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("want true or false, got %q", v)
-			}
-			*p = b
-			return nil
-		}
-	}
+	wholeNumber := func(p *int) func(string) error { return num(p, 0, "a whole number") }
 	return []setting{
 		{"nats-url", "GATE_NATS_URL", "", "NATS server URL; empty runs an embedded NATS server with JetStream", false, str(&c.NATSURL)},
-		{"embedded-nats-addr", "GATE_EMBEDDED_NATS_ADDR", "127.0.0.1:4222", "listen address of the embedded NATS server", false, str(&c.EmbeddedNATSAddr)},
+		{"embedded-nats-addr", "GATE_EMBEDDED_NATS_ADDR", natsbus.DefaultEmbeddedAddr, "listen address of the embedded NATS server", false, str(&c.EmbeddedNATSAddr)},
 		{"redis-url", "GATE_REDIS_URL", "", "Redis URL (redis://host:6379/0); empty uses the in-process window store", false, str(&c.RedisURL)},
 		{"redis-cluster", "GATE_REDIS_CLUSTER", "false", "treat GATE_REDIS_URL as a Redis Cluster seed (redis://host:7000?addr=host:7001)", false, boolean(&c.RedisCluster)},
 		{"database-url", "GATE_DATABASE_URL", "", "PostgreSQL URL for the audit store; empty uses SQLite at $GATE_DATA_DIR/gate.db", false, str(&c.DatabaseURL)},
 		{"nacos-addr", "GATE_NACOS_ADDR", "", "Nacos server host:port; empty reads rules from GATE_RULES", false, str(&c.NacosAddr)},
-		{"nacos-data-id", "GATE_NACOS_DATA_ID", "gate-rules.yaml", "Nacos data id of the rule document", false, str(&c.NacosDataID)},
-		{"nacos-group", "GATE_NACOS_GROUP", "GATE", "Nacos group of the rule document", false, str(&c.NacosGroup)},
+		{"nacos-data-id", "GATE_NACOS_DATA_ID", nacosrules.DefaultDataID, "Nacos data id of the rule document", false, str(&c.NacosDataID)},
+		{"nacos-group", "GATE_NACOS_GROUP", nacosrules.DefaultGroup, "Nacos group of the rule document", false, str(&c.NacosGroup)},
 		{"nacos-namespace", "GATE_NACOS_NAMESPACE", "", "Nacos namespace id (empty: public)", false, str(&c.NacosNamespace)},
 		{"nacos-username", "GATE_NACOS_USERNAME", "", "Nacos user name, when the server requires login", false, str(&c.NacosUsername)},
 		{"nacos-password", "GATE_NACOS_PASSWORD", "", "Nacos password (prefer the variable to the flag)", true, str(&c.NacosPassword)},
 		{"data-dir", "GATE_DATA_DIR", "./data", "folder for SQLite, embedded NATS streams and the Nacos cache", false, str(&c.DataDir)},
-		{"http-addr", "GATE_HTTP_ADDR", "127.0.0.1:8080", "listen address of the HTTP API", false, str(&c.HTTPAddr)},
+		{"http-addr", "GATE_HTTP_ADDR", httpapi.DefaultAddr, "listen address of the HTTP API", false, str(&c.HTTPAddr)},
 		{"http-allowed-hosts", "GATE_HTTP_ALLOWED_HOSTS", "", "host names the HTTP API answers to besides localhost, 127.0.0.1 and ::1, comma-separated (* for any): a guard against DNS rebinding", false, func(v string) (err error) {
 			c.HTTPAllowedHosts, err = parseHostList(v)
 			return err
@@ -126,52 +100,37 @@ func settings(c *config) []setting {
 		{"pprof-addr", "GATE_PPROF_ADDR", "", "loopback address (127.0.0.1:6060) to serve Go runtime profiles on, /debug/pprof/; empty: off", false, str(&c.PprofAddr)},
 		{"api-token", "GATE_API_TOKEN", "", "bearer token required on /v1/* (prefer the variable to the flag)", true, str(&c.APIToken)},
 		{"rules", "GATE_RULES", "./rules", "rule document: a YAML file or a folder of them", false, str(&c.Rules)},
-		{"rules-poll", "GATE_RULES_POLL", "1s", "how often the rules file or folder is checked for changes", false, dur(&c.RulesPoll)},
-		{"nacos-resync", "GATE_NACOS_RESYNC", "30s", "how often the Nacos document is re-read besides push notifications", false, dur(&c.NacosResync)},
+		{"rules-poll", "GATE_RULES_POLL", durationText(rules.DefaultWatchInterval), "how often the rules file or folder is checked for changes", false, dur(&c.RulesPoll)},
+		{"nacos-resync", "GATE_NACOS_RESYNC", durationText(nacosrules.DefaultResync), "how often the Nacos document is re-read besides push notifications", false, dur(&c.NacosResync)},
 		{"log-level", "GATE_LOG_LEVEL", "info", "debug, info, warn or error", false, str(&c.LogLevel)},
 		{"log-format", "GATE_LOG_FORMAT", "text", "text or json", false, str(&c.LogFormat)},
-		{"in-subject", "GATE_IN_SUBJECT", "gate.in", "subject producers publish to", false, str(&c.InSubject)},
-		{"out-subject", "GATE_OUT_SUBJECT", "gate.out", "subject forwarded messages are published to", false, str(&c.OutSubject)},
-		{"dead-subject", "GATE_DEAD_SUBJECT", "gate.dead", "subject undecidable messages are parked on", false, str(&c.DeadSubject)},
-		{"check-subject", "GATE_CHECK_SUBJECT", "gate.check", "subject of synchronous checks (core NATS request-reply, as POST /v1/check)", false, str(&c.CheckSubject)},
-		{"refund-subject", "GATE_REFUND_SUBJECT", "gate.refund", "subject senders publish refunds to (captured by the GATE_REFUND stream)", false, str(&c.RefundSubject)},
-		{"out-duplicate-window", "GATE_OUT_DUPLICATE_WINDOW", "2h", "GATE_OUT's duplicate window, which keeps one copy of a forward published again after a crash; from 10m to 72h, at least 8 x GATE_ACK_WAIT. nats-server keeps about 240 bytes per id in it", false, dur(&c.OutDuplicates)},
-		{"max-message-bytes", "GATE_MAX_MESSAGE_BYTES", "262144", "largest envelope decided; larger ones go to the dead letter", false, num(&c.MaxMessageBytes)},
-		{"batch", "GATE_BATCH", "256", "most messages decided together", false, num(&c.Batch)},
+		{"in-subject", "GATE_IN_SUBJECT", natsbus.DefaultInSubject, "subject producers publish to", false, str(&c.InSubject)},
+		{"out-subject", "GATE_OUT_SUBJECT", natsbus.DefaultOutSubject, "subject forwarded messages are published to", false, str(&c.OutSubject)},
+		{"dead-subject", "GATE_DEAD_SUBJECT", natsbus.DefaultDeadSubject, "subject undecidable messages are parked on", false, str(&c.DeadSubject)},
+		{"check-subject", "GATE_CHECK_SUBJECT", natsbus.DefaultCheckSubject, "subject of synchronous checks (core NATS request-reply, as POST /v1/check)", false, str(&c.CheckSubject)},
+		{"refund-subject", "GATE_REFUND_SUBJECT", natsbus.DefaultRefundSubject, "subject senders publish refunds to (captured by the GATE_REFUND stream)", false, str(&c.RefundSubject)},
+		{"out-duplicate-window", "GATE_OUT_DUPLICATE_WINDOW", durationText(natsbus.DefaultOutDuplicates), "GATE_OUT's duplicate window, which keeps one copy of a forward published again after a crash; from 10m to 72h, at least 8 x GATE_ACK_WAIT. nats-server keeps about 240 bytes per id in it", false, dur(&c.OutDuplicates)},
+		{"max-message-bytes", "GATE_MAX_MESSAGE_BYTES", strconv.Itoa(gate.DefaultMaxMessageBytes), "largest envelope decided; larger ones go to the dead letter", false, wholeNumber(&c.MaxMessageBytes)},
+		{"batch", "GATE_BATCH", strconv.Itoa(natsbus.DefaultBatch), "most messages decided together", false, wholeNumber(&c.Batch)},
 		{"batch-wait", "GATE_BATCH_WAIT", "0s", "how long a batch that is not full waits for more messages (0: a batch is what has arrived); up to 100ms", false, dur(&c.BatchWait)},
-		{"store-timeout", "GATE_STORE_TIMEOUT", "200ms", "longest wait for the window store on one batch", false, dur(&c.StoreTimeout)},
-		{"ack-wait", "GATE_ACK_WAIT", "5s", "JetStream AckWait of the gate consumer: how soon the messages of a gate that died go to another; a slow batch keeps its own with heartbeats, for up to 3 times this", false, dur(&c.AckWait)},
-		{"max-ack-pending", "GATE_MAX_ACK_PENDING", "1000", "JetStream MaxAckPending of the gate consumer", false, num(&c.MaxAckPending)},
-		{"max-deliver", "GATE_MAX_DELIVER", "-1", "most deliveries of one message; one that exhausts them is parked on the dead-letter subject (-1: retry without limit)", false, func(v string) error {
+		{"store-timeout", "GATE_STORE_TIMEOUT", durationText(redisstore.DefaultTimeout), "longest wait for the window store on one batch", false, dur(&c.StoreTimeout)},
+		{"ack-wait", "GATE_ACK_WAIT", durationText(natsbus.DefaultAckWait), "JetStream AckWait of the gate consumer: how soon the messages of a gate that died go to another; a slow batch keeps its own with heartbeats, for up to 3 times this", false, dur(&c.AckWait)},
+		{"max-ack-pending", "GATE_MAX_ACK_PENDING", strconv.Itoa(natsbus.DefaultMaxAckPending), "JetStream MaxAckPending of the gate consumer", false, wholeNumber(&c.MaxAckPending)},
+		{"max-deliver", "GATE_MAX_DELIVER", "-1", "most deliveries of one message; one that exhausts them is parked on the dead-letter subject (-1: retry without limit)", false, parsed(&c.MaxDeliver, "-1 (no limit) or a whole number from 1", func(v string) (int, bool) {
 			n, err := strconv.Atoi(v)
-			if err != nil || (n < 1 && n != -1) {
-				return fmt.Errorf("want -1 (no limit) or a whole number from 1, got %q", v)
-			}
-			c.MaxDeliver = n
-			return nil
-		}},
+			return n, err == nil && (n >= 1 || n == -1)
+		})},
 		{"retry-max", "GATE_RETRY_MAX", "30s", "longest delay before a message that met a transient failure is retried", false, dur(&c.RetryMax)},
 		{"redact-payload", "GATE_REDACT_PAYLOAD", "false", "leave the payload out of suppression rows", false, boolean(&c.RedactPayload)},
-		{"preview-max-decisions", "GATE_PREVIEW_MAX_DECISIONS", "2000000", "most ledger rows one rule preview replays (POST /v1/rules/preview); a preview that reaches it says so", false, num(&c.PreviewMax)},
-		{"preferences-cache", "GATE_PREFERENCES_CACHE", "100000", "most preference rows each gate mirrors whole (then no lookups), else the most recipients whose preferences (or lack of them) it keeps in memory; a change reaches every gate within about a second whatever the size", false, func(v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return fmt.Errorf("want a whole number from 1, got %q", v)
-			}
-			c.PreferencesCache = n
-			return nil
-		}},
-		{"ledger-retention", "GATE_LEDGER_RETENTION", "168h", "how long decided message ids are remembered for de-duplication", false, dur(&c.LedgerRetention)},
-		{"audit-retention", "GATE_AUDIT_RETENTION", "90d", "how long suppression rows are kept, as a Go duration or days (90d); 0 keeps them forever", false, func(v string) error {
+		{"preview-max-decisions", "GATE_PREVIEW_MAX_DECISIONS", strconv.Itoa(preview.DefaultMaxDecisions), "most ledger rows one rule preview replays (POST /v1/rules/preview); a preview that reaches it says so", false, wholeNumber(&c.PreviewMax)},
+		{"preferences-cache", "GATE_PREFERENCES_CACHE", strconv.Itoa(prefcache.DefaultSize), "most preference rows each gate mirrors whole (then no lookups), else the most recipients whose preferences (or lack of them) it keeps in memory; a change reaches every gate within about a second whatever the size", false, num(&c.PreferencesCache, 1, "a whole number from 1")},
+		{"ledger-retention", "GATE_LEDGER_RETENTION", durationText(gormstore.DefaultLedgerRetention), "how long decided message ids are remembered for de-duplication", false, dur(&c.LedgerRetention)},
+		{"audit-retention", "GATE_AUDIT_RETENTION", "90d", "how long suppression rows are kept, as a Go duration or days (90d); 0 keeps them forever", false, parsed(&c.AuditRetention, "a duration such as 2160h or days such as 90d", func(v string) (time.Duration, bool) {
 			d, err := gate.ParseDuration(v)
-			if err != nil || d < 0 {
-				return fmt.Errorf("want a duration such as 2160h or days such as 90d, got %q", v)
-			}
-			c.AuditRetention = d
-			return nil
-		}},
+			return d, err == nil && d >= 0
+		})},
 		{"shutdown-timeout", "GATE_SHUTDOWN_TIMEOUT", "10s", "longest graceful shutdown", false, dur(&c.ShutdownTimeout)},
-		{"release-interval", "GATE_RELEASE_INTERVAL", "500ms", "how often held messages (defer, digest, quiet hours) are checked for release", false, dur(&c.ReleaseInterval)},
+		{"release-interval", "GATE_RELEASE_INTERVAL", durationText(pipeline.DefaultReleaseInterval), "how often held messages (defer, digest, quiet hours) are checked for release", false, dur(&c.ReleaseInterval)},
 		{"test-clock", "GATE_TEST_CLOCK", "", "for tests only: an RFC 3339 instant the gate's clock starts at, then runs on in real time (empty: the real clock)", false, func(v string) error {
 			if v == "" {
 				c.TestClock = time.Time{}
@@ -206,45 +165,20 @@ func parseHostList(v string) ([]string, error) {
 	return hosts, nil
 }
 
-// parseConfig reads flags over variables over defaults.
+// parseConfig reads gate serve's settings: flags over variables over
+// defaults.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
 	c := &config{}
-	ss := settings(c)
 	fs := flag.NewFlagSet("gate serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	vals := make(map[string]*string, len(ss))
-	for _, s := range ss {
-		vals[s.flag] = fs.String(s.flag, "", fmt.Sprintf("%s (env %s, default %q)", s.help, s.env, s.def))
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, &usageError{err.Error()}
+	explicit, err := parseSettings(fs, settings(c), args, getenv)
+	if err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, &usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var errs []string
-	c.explicit = map[string]bool{}
-	for _, s := range ss {
-		v, from := s.def, "default"
-		if e := getenv(s.env); e != "" {
-			v, from = e, s.env
-		}
-		if given[s.flag] {
-			v, from = *vals[s.flag], "--"+s.flag
-		}
-		c.explicit[s.flag] = from != "default"
-		if err := s.set(strings.TrimSpace(v)); err != nil {
-			errs = append(errs, fmt.Sprintf("%s: %v", from, err))
-		}
-	}
-	if len(errs) > 0 {
-		return nil, &usageError{"bad configuration: " + strings.Join(errs, "; ")}
-	}
+	c.explicit = explicit
 	return c, c.validate()
 }
 

@@ -199,3 +199,21 @@ func TestBoundedSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestDurationDefaults: the defaults taken from the owners' constants read
+// as they did when the table wrote them out.
+func TestDurationDefaults(t *testing.T) {
+	want := map[string]string{"rules-poll": "1s", "nacos-resync": "30s", "out-duplicate-window": "2h", "store-timeout": "200ms",
+		"ack-wait": "5s", "ledger-retention": "168h", "release-interval": "500ms", "max-message-bytes": "262144", "batch": "256",
+		"in-subject": "gate.in", "http-addr": "127.0.0.1:8080", "embedded-nats-addr": "127.0.0.1:4222", "nacos-group": "GATE",
+		"nacos-data-id": "gate-rules.yaml", "max-ack-pending": "1000", "preview-max-decisions": "2000000", "preferences-cache": "100000"}
+	for _, s := range settings(&config{}) {
+		if w, ok := want[s.flag]; ok && s.def != w {
+			t.Errorf("--%s default %q, want %q", s.flag, s.def, w)
+		}
+		delete(want, s.flag)
+	}
+	if len(want) > 0 {
+		t.Errorf("settings missing: %v", want)
+	}
+}

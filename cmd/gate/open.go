@@ -12,6 +12,7 @@ import (
 	"github.com/antifatigue/gate/internal/gormstore"
 	"github.com/antifatigue/gate/internal/inmem"
 	"github.com/antifatigue/gate/internal/natsbus"
+	"github.com/antifatigue/gate/internal/redact"
 	"github.com/antifatigue/gate/internal/redisstore"
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
@@ -56,7 +57,7 @@ func openWindowStore(c *config, now func() time.Time, closers *closeStack) (gate
 	if c.RedisCluster {
 		kind = "redis cluster"
 	}
-	return s, kind + " " + redactURL(c.RedisURL), nil
+	return s, kind + " " + redact.URL(c.RedisURL), nil
 }
 
 func openAudit(ctx context.Context, c *config, log *slog.Logger, closers *closeStack) (*gormstore.Store, string, error) {
@@ -66,7 +67,7 @@ func openAudit(ctx context.Context, c *config, log *slog.Logger, closers *closeS
 	}
 	name := "sqlite " + opts.SQLitePath + " (GATE_DATABASE_URL unset)"
 	if c.DatabaseURL != "" {
-		name = "postgres " + redactURL(c.DatabaseURL)
+		name = "postgres " + redact.URL(c.DatabaseURL)
 	}
 	var st *gormstore.Store
 	err := retryStart(ctx, log, "audit store", func() error {
@@ -82,7 +83,7 @@ func openAudit(ctx context.Context, c *config, log *slog.Logger, closers *closeS
 }
 
 func openNATS(ctx context.Context, c *config, log *slog.Logger, closers *closeStack) (*nats.Conn, string, error) {
-	url, name := c.NATSURL, "nats "+redactURL(c.NATSURL)
+	url, name := c.NATSURL, "nats "+redact.URL(c.NATSURL)
 	if url == "" {
 		ns, err := natsbus.StartEmbedded(c.EmbeddedNATSAddr, filepath.Join(c.DataDir, "nats"))
 		if err != nil {

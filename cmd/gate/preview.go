@@ -2,19 +2,17 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	apiclient "github.com/antifatigue/gate/internal/client"
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/rules"
 )
@@ -36,14 +34,14 @@ func rulesPreview(ctx context.Context, args []string, getenv func(string) string
 	}
 	fs := flag.NewFlagSet("gate rules preview", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	server := fs.String("server", "http://"+defaultHTTPAddr(getenv), "base URL of a running gate (default from GATE_HTTP_ADDR)")
 	since := fs.String("since", "7d", "start: a duration back from now such as 24h or 7d, or an RFC 3339 time")
 	format := fs.String("format", "table", "table or json")
-	if err := fs.Parse(args); err != nil {
+	var server, token string
+	if _, err := parseSettings(fs, clientSettings(&server, &token), args, getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return &usageError{err.Error()}
+		return err
 	}
 	if path == "" && fs.NArg() == 1 {
 		path = fs.Arg(0)
@@ -63,8 +61,7 @@ func rulesPreview(ctx context.Context, args []string, getenv func(string) string
 	if err != nil {
 		return err
 	}
-	c := newAPIClient(*server, getenv("GATE_API_TOKEN"))
-	p, err := c.preview(ctx, doc, *since)
+	p, err := previewClient(server, token).Preview(ctx, doc, *since)
 	if err != nil {
 		return err
 	}
@@ -89,29 +86,10 @@ func loadDocument(path string) ([]byte, *gate.RuleSet, error) {
 	return doc, set, nil
 }
 
-func defaultHTTPAddr(getenv func(string) string) string {
-	if a := getenv("GATE_HTTP_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:8080"
-}
-
-func newAPIClient(server, token string) *apiClient {
-	if !strings.Contains(server, "://") {
-		server = "http://" + server
-	}
-	// A preview replays up to GATE_PREVIEW_MAX_DECISIONS rows: give it
-	// longer than a report query.
-	return &apiClient{base: strings.TrimRight(server, "/"), token: token, http: &http.Client{Timeout: 2 * time.Minute}, name: "preview"}
-}
-
-// preview asks the gate to replay the decisions since since against doc.
-func (c *apiClient) preview(ctx context.Context, doc []byte, since string) (*gate.RulePreview, error) {
-	var p gate.RulePreview
-	if err := c.do(ctx, http.MethodPost, "/v1/rules/preview", url.Values{"since": {since}}, bytes.NewReader(doc), &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+// previewClient asks the gate at server for previews, which replay up to
+// GATE_PREVIEW_MAX_DECISIONS rows: it waits longer than a report.
+func previewClient(server, token string) *apiclient.Client {
+	return apiclient.New(server, apiclient.Options{Token: token, Timeout: apiclient.PreviewTimeout, Name: "preview"})
 }
 
 // previewColumns are the outcomes a preview table shows, then and now.
@@ -196,16 +174,16 @@ func changeText(s gate.ScenePreview) string {
 // the question; without it, stdin must be a terminal. A gate that does not
 // answer is said, and then only yes publishes.
 func confirmPush(ctx context.Context, server, token string, doc []byte, yes bool, stdin io.Reader, stdout io.Writer) error {
-	c := newAPIClient(server, token)
-	p, err := c.preview(ctx, doc, pushPreviewSince)
+	c := previewClient(server, token)
+	p, err := c.Preview(ctx, doc, pushPreviewSince)
 	switch {
 	case err != nil && yes:
 		fmt.Fprintf(stdout, "no preview: %v\n", err)
 		return nil
 	case err != nil:
-		return fmt.Errorf("no preview of the last %s from the gate at %s: %w; pass --yes to push without it", pushPreviewSince, c.base, err)
+		return fmt.Errorf("no preview of the last %s from the gate at %s: %w; pass --yes to push without it", pushPreviewSince, c.Base(), err)
 	}
-	fmt.Fprintf(stdout, "preview of the last %s on the gate at %s:\n", pushPreviewSince, c.base)
+	fmt.Fprintf(stdout, "preview of the last %s on the gate at %s:\n", pushPreviewSince, c.Base())
 	if err := printPreview(stdout, p); err != nil {
 		return err
 	}

@@ -1,7 +1,8 @@
 package main
 
 import (
-	"slices"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -9,23 +10,43 @@ import (
 	"github.com/antifatigue/gate/internal/gate"
 )
 
+// TestPushFlags: gate rules push takes --yes and --server URL (also -yes,
+// --yes=true, --server=URL) and, of serve's settings, only those it needs
+// (where the Nacos document is, the gate's address and token), each as
+// serve reads it.
 func TestPushFlags(t *testing.T) {
 	for _, tc := range []struct {
-		args   []string
-		rest   []string
-		yes    bool
-		server string
+		args    []string
+		yes     bool
+		server  string
+		nacos   string // --nacos-addr
+		group   string // --nacos-group
+		wantErr string // a part of the error; empty: none
 	}{
-		{nil, nil, false, ""},
-		{[]string{"--yes"}, nil, true, ""},
-		{[]string{"-yes", "--nacos-addr", "n:8848"}, []string{"--nacos-addr", "n:8848"}, true, ""},
-		{[]string{"--yes=false", "--server", "http://g:8080"}, nil, false, "http://g:8080"},
-		{[]string{"--server=g:8080", "--yes=true", "--nacos-group=G"}, []string{"--nacos-group=G"}, true, "g:8080"},
-		{[]string{"--yes=maybe"}, []string{"--yes=maybe"}, false, ""}, // serve's flag set refuses it
+		{args: nil, group: "GATE"},
+		{args: []string{"--yes"}, yes: true, group: "GATE"},
+		{args: []string{"-yes", "--nacos-addr", "n:8848"}, yes: true, nacos: "n:8848", group: "GATE"},
+		{args: []string{"--yes=false", "--server", "http://g:8080"}, server: "http://g:8080", group: "GATE"},
+		{args: []string{"--server=g:8080", "--yes=true", "--nacos-group=G"}, yes: true, server: "g:8080", group: "G"},
+		{args: []string{"--yes=maybe"}, wantErr: "invalid boolean value"},
+		{args: []string{"--batch", "5"}, wantErr: "flag provided but not defined: -batch"}, // serve's, not push's
+		{args: []string{"--yes", "extra"}, wantErr: `unexpected argument "extra"`},
 	} {
-		rest, o := pushFlags(tc.args)
-		if !slices.Equal(rest, tc.rest) || o.yes != tc.yes || o.server != tc.server {
-			t.Errorf("pushFlags(%q) = %q, yes %v, server %q; want %q, %v, %q", tc.args, rest, o.yes, o.server, tc.rest, tc.yes, tc.server)
+		c, o, err := parsePush("push", tc.args, func(string) string { return "" }, io.Discard)
+		if tc.wantErr != "" {
+			var ue *usageError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("parsePush(%q): %v, want a usage error containing %q", tc.args, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("parsePush(%q): %v", tc.args, err)
+			continue
+		}
+		if o.yes != tc.yes || o.server != tc.server || c.NacosAddr != tc.nacos || c.NacosGroup != tc.group {
+			t.Errorf("parsePush(%q) = yes %v, server %q, nacos %q, group %q; want %v, %q, %q, %q",
+				tc.args, o.yes, o.server, c.NacosAddr, c.NacosGroup, tc.yes, tc.server, tc.nacos, tc.group)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/natsbus"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -19,20 +21,6 @@ import (
 func publish(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gate publish", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	defURL := getenv("GATE_NATS_URL")
-	if defURL == "" {
-		addr := getenv("GATE_EMBEDDED_NATS_ADDR")
-		if addr == "" {
-			addr = "127.0.0.1:4222"
-		}
-		defURL = "nats://" + addr
-	}
-	defSubject := getenv("GATE_IN_SUBJECT")
-	if defSubject == "" {
-		defSubject = "gate.in"
-	}
-	natsURL := fs.String("nats-url", defURL, "NATS server (default from GATE_NATS_URL, else the embedded server)")
-	subject := fs.String("subject", defSubject, "subject to publish to")
 	scene := fs.String("scene", "alert.disk_full", "scene of the message")
 	to := fs.String("to", "open_id:ou_demo", "recipient as receive_id_type:receive_id")
 	text := fs.String("text", "disk /data is 95% full", "text content")
@@ -41,11 +29,21 @@ func publish(ctx context.Context, args []string, getenv func(string) string, std
 	count := fs.Int("count", 1, "how many messages to publish")
 	raw := fs.Bool("stdin", false, "publish the JSON envelope read from standard input as is")
 	headers := fs.Bool("headers", false, "also send Gate-Scene, Gate-Recipient and Gate-Priority (the gate then decides from the headers without decoding the body); not with --stdin")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
+	// The server and subject a gate on the same variables reads from.
+	c := &config{}
+	ss := []setting{
+		{"nats-url", "GATE_NATS_URL", "", "NATS server (empty: the embedded server's, nats://GATE_EMBEDDED_NATS_ADDR)", false, str(&c.NATSURL)},
+		{"", "GATE_EMBEDDED_NATS_ADDR", natsbus.DefaultEmbeddedAddr, "", false, str(&c.EmbeddedNATSAddr)},
+		{"subject", "GATE_IN_SUBJECT", natsbus.DefaultInSubject, "subject to publish to", false, str(&c.InSubject)},
+	}
+	if _, err := parseSettings(fs, ss, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return &usageError{err.Error()}
+		return err
+	}
+	if c.NATSURL == "" {
+		c.NATSURL = "nats://" + c.EmbeddedNATSAddr
 	}
 	idType, idValue, ok := strings.Cut(*to, ":")
 	if !ok || idType == "" || idValue == "" {
@@ -54,9 +52,9 @@ func publish(ctx context.Context, args []string, getenv func(string) string, std
 	if *headers && *raw {
 		return &usageError{"--headers describes the generated envelope; with --stdin the envelope is sent as is, without them"}
 	}
-	nc, err := nats.Connect(*natsURL, nats.Name("gate publish"), nats.Timeout(5*time.Second))
+	nc, err := nats.Connect(c.NATSURL, nats.Name("gate publish"), nats.Timeout(5*time.Second))
 	if err != nil {
-		return newScrubber(&config{NATSURL: *natsURL}).Error(fmt.Errorf("publish: connect to %s: %w", *natsURL, err))
+		return newScrubber(c).Error(fmt.Errorf("publish: connect to %s: %w", c.NATSURL, err))
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -68,11 +66,11 @@ func publish(ctx context.Context, args []string, getenv func(string) string, std
 		if err != nil {
 			return fmt.Errorf("publish: read stdin: %w", err)
 		}
-		ack, err := js.Publish(ctx, *subject, data)
+		ack, err := js.Publish(ctx, c.InSubject, data)
 		if err != nil {
 			return fmt.Errorf("publish: %w", err)
 		}
-		fmt.Fprintf(stdout, "published to %s (stream %s seq %d)\n", *subject, ack.Stream, ack.Sequence)
+		fmt.Fprintf(stdout, "published to %s (stream %s seq %d)\n", c.InSubject, ack.Stream, ack.Sequence)
 		return nil
 	}
 	content, _ := json.Marshal(map[string]string{"text": *text})
@@ -91,7 +89,7 @@ func publish(ctx context.Context, args []string, getenv func(string) string, std
 			env["priority"] = *priority
 		}
 		data, _ := json.Marshal(env)
-		msg := &nats.Msg{Subject: *subject, Data: data}
+		msg := &nats.Msg{Subject: c.InSubject, Data: data}
 		if *headers {
 			msg.Header = nats.Header{}
 			msg.Header.Set(gate.SceneHeader, *scene)
@@ -104,7 +102,7 @@ func publish(ctx context.Context, args []string, getenv func(string) string, std
 		if err != nil {
 			return fmt.Errorf("publish %s: %w", msgID, err)
 		}
-		fmt.Fprintf(stdout, "published %s to %s (stream %s seq %d)\n", msgID, *subject, ack.Stream, ack.Sequence)
+		fmt.Fprintf(stdout, "published %s to %s (stream %s seq %d)\n", msgID, c.InSubject, ack.Stream, ack.Sequence)
 	}
 	return nil
 }

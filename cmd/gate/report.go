@@ -4,16 +4,17 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	apiclient "github.com/antifatigue/gate/internal/client"
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/httpapi"
 )
@@ -30,31 +31,32 @@ func report(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	fs := flag.NewFlagSet("gate report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	defServer := getenv("GATE_HTTP_ADDR")
-	if defServer == "" {
-		defServer = "127.0.0.1:8080"
+	var o struct {
+		format, since, until, scene, recipient string
+		limit                                  int
+		all                                    bool
 	}
-	server := fs.String("server", "http://"+defServer, "base URL of a running gate (default from GATE_HTTP_ADDR)")
-	format := fs.String("format", "table", "table, json or csv")
-	since := fs.String("since", "", "start time, RFC 3339, or a duration back from now such as 24h (default 24h for summary)")
-	until := fs.String("until", "", "end time, RFC 3339")
-	scene := fs.String("scene", "", "suppressions: only this scene")
-	recipient := fs.String("recipient", "", "suppressions: only this recipient (receive_id_type:receive_id)")
-	limit := fs.Int("limit", 100, "suppressions: rows per page")
-	all := fs.Bool("all", false, "suppressions: follow next_cursor through every page")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
+	fs.StringVar(&o.format, "format", "table", "table, json or csv")
+	fs.StringVar(&o.since, "since", "", "start time, RFC 3339, or a duration back from now such as 24h (default 24h for summary)")
+	fs.StringVar(&o.until, "until", "", "end time, RFC 3339")
+	fs.StringVar(&o.scene, "scene", "", "suppressions: only this scene")
+	fs.StringVar(&o.recipient, "recipient", "", "suppressions: only this recipient (receive_id_type:receive_id)")
+	fs.IntVar(&o.limit, "limit", 100, "suppressions: rows per page")
+	fs.BoolVar(&o.all, "all", false, "suppressions: follow next_cursor through every page")
+	var server, token string
+	if _, err := parseSettings(fs, clientSettings(&server, &token), args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return &usageError{err.Error()}
+		return err
 	}
-	switch *format {
+	switch o.format {
 	case "table", "json", "csv":
 	default:
-		return &usageError{fmt.Sprintf("--format must be table, json or csv, got %q", *format)}
+		return &usageError{fmt.Sprintf("--format must be table, json or csv, got %q", o.format)}
 	}
 	q := url.Values{}
-	s := *since
+	s := o.since
 	if s == "" && kind == "summary" {
 		s = "24h"
 	}
@@ -65,37 +67,37 @@ func report(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		q.Set("since", t.Format(time.RFC3339))
 	}
-	if *until != "" {
-		q.Set("until", *until)
+	if o.until != "" {
+		q.Set("until", o.until)
 	}
-	c := &apiClient{base: strings.TrimRight(*server, "/"), token: getenv("GATE_API_TOKEN"), http: &http.Client{Timeout: 15 * time.Second}}
+	c := apiclient.New(server, apiclient.Options{Token: token, Name: "report"})
 	if kind == "summary" {
-		var sum httpapi.Summary
-		if err := c.get(ctx, "/v1/reports/summary", q, &sum); err != nil {
+		sum, err := c.Summary(ctx, q)
+		if err != nil {
 			return err
 		}
-		return printSummary(stdout, *format, sum)
+		return printSummary(stdout, o.format, sum)
 	}
-	if *scene != "" {
-		q.Set("scene", *scene)
+	if o.scene != "" {
+		q.Set("scene", o.scene)
 	}
-	if *recipient != "" {
-		q.Set("recipient", *recipient)
+	if o.recipient != "" {
+		q.Set("recipient", o.recipient)
 	}
-	q.Set("limit", strconv.Itoa(*limit))
+	q.Set("limit", strconv.Itoa(o.limit))
 	var rows []gate.Suppression
 	for {
-		var page gate.SuppressionPage
-		if err := c.get(ctx, "/v1/suppressions", q, &page); err != nil {
+		page, err := c.Suppressions(ctx, q)
+		if err != nil {
 			return err
 		}
 		rows = append(rows, page.Items...)
-		if !*all || page.NextCursor == "" {
+		if !o.all || page.NextCursor == "" {
 			break
 		}
 		q.Set("cursor", page.NextCursor)
 	}
-	return printSuppressions(stdout, *format, rows)
+	return printSuppressions(stdout, o.format, rows)
 }
 
 func parseSince(s string, now time.Time) (time.Time, error) {
@@ -109,55 +111,15 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
-type apiClient struct {
-	base, token string
-	http        *http.Client
-	name        string // what its errors say they are from; "" is report
-}
-
-// what names the client in its errors.
-func (c *apiClient) what() string {
-	if c.name == "" {
-		return "report"
+// clientSettings are the settings of the commands that ask a running gate
+// over HTTP: --server, by default the address GATE_HTTP_ADDR has gate serve
+// listen on, and the API token, from GATE_API_TOKEN only: a token on the
+// command line is visible to every user of the host.
+func clientSettings(server, token *string) []setting {
+	return []setting{
+		{"server", "GATE_HTTP_ADDR", httpapi.DefaultAddr, "base URL of a running gate, or its host:port", false, str(server)},
+		{"", "GATE_API_TOKEN", "", "bearer token of the gate's API", true, str(token)},
 	}
-	return c.name
-}
-
-func (c *apiClient) get(ctx context.Context, path string, q url.Values, out any) error {
-	return c.do(ctx, http.MethodGet, path, q, nil, out)
-}
-
-// do sends a request with reqBody (nil for none) and decodes the JSON of a
-// 200 answer into out; any other status is an error with the answer's.
-func (c *apiClient) do(ctx context.Context, method, path string, q url.Values, reqBody io.Reader, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path+"?"+q.Encode(), reqBody)
-	if err != nil {
-		return fmt.Errorf("%s: %w", c.what(), err)
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s: is the gate running at %s? %w", c.what(), c.base, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("%s: read %s: %w", c.what(), path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
-		_ = json.Unmarshal(body, &e)
-		if resp.StatusCode == http.StatusUnauthorized {
-			return fmt.Errorf("%s: %s: %s (set GATE_API_TOKEN)", c.what(), resp.Status, e.Error)
-		}
-		return fmt.Errorf("%s: %s: %s", c.what(), resp.Status, e.Error)
-	}
-	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("%s: decode %s: %w", c.what(), path, err)
-	}
-	return nil
 }
 
 // summaryHeader names the columns of the summary, in the order of

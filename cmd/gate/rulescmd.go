@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,8 +34,7 @@ func rulesCmd(ctx context.Context, args []string, getenv func(string) string, st
 			return &usageError{rulesUsage}
 		}
 		path := args[len(args)-1]
-		flags, push := pushFlags(args[1 : len(args)-1])
-		c, err := parseConfig(flags, getenv, stderr)
+		c, push, err := parsePush(args[0], args[1:len(args)-1], getenv, stderr)
 		if err != nil {
 			return err
 		}
@@ -118,36 +118,36 @@ func holdText(r gate.SceneRule) string {
 	return b.String()
 }
 
-// pushOptions are the flags of gate rules push besides serve's.
+// pushOptions are the flags of gate rules push besides the settings it
+// shares with serve.
 type pushOptions struct {
 	yes    bool   // publish without asking
 	server string // the gate to preview on; empty: GATE_HTTP_ADDR (--http-addr)
 	stdin  io.Reader
 }
 
-// pushFlags takes --yes and --server URL (also -yes, --yes=true,
-// --server=URL) out of args, which go on to serve's flag set.
-func pushFlags(args []string) (rest []string, o pushOptions) {
-	for i := 0; i < len(args); i++ {
-		name, value, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
-		switch {
-		case !strings.HasPrefix(args[i], "-"):
-		case name == "yes" && (!hasValue || value == "true"):
-			o.yes = true
-			continue
-		case name == "yes" && value == "false":
-			continue
-		case name == "server" && hasValue:
-			o.server = value
-			continue
-		case name == "server" && i+1 < len(args):
-			o.server = args[i+1]
-			i++
-			continue
-		}
-		rest = append(rest, args[i])
+// pushSettings are the flags of serve's that gate rules push and diff
+// read, under the same variables and defaults: where the Nacos document
+// is, and for push's preview the gate's address and API token.
+var pushSettings = []string{"nacos-addr", "nacos-data-id", "nacos-group", "nacos-namespace", "nacos-username", "nacos-password",
+	"data-dir", "http-addr", "api-token"}
+
+// parsePush reads the flags of gate rules push or diff (args without the
+// FILE|DIR that ends them): --yes, --server URL and pushSettings.
+func parsePush(verb string, args []string, getenv func(string) string, stderr io.Writer) (*config, pushOptions, error) {
+	var o pushOptions
+	fs := flag.NewFlagSet("gate rules "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.BoolVar(&o.yes, "yes", false, "push: publish after the preview without asking")
+	fs.StringVar(&o.server, "server", "", "push: base URL of the gate to preview on (default: the gate at --http-addr)")
+	c := &config{}
+	if _, err := parseSettings(fs, only(settings(c), pushSettings...), args, getenv); err != nil {
+		return nil, o, err
 	}
-	return rest, o
+	if fs.NArg() > 0 {
+		return nil, o, &usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return c, o, nil
 }
 
 // nacosRules pushes a validated document to Nacos, or diffs it against the

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/antifatigue/gate/internal/pipeline"
 	"github.com/antifatigue/gate/internal/prefcache"
 	"github.com/antifatigue/gate/internal/preview"
+	"github.com/antifatigue/gate/internal/redact"
 	"github.com/antifatigue/gate/internal/rules"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -37,7 +37,7 @@ func parseLevel(s string) (slog.Level, error) {
 
 // newLogger writes c's log format at c's level to w, with scrub masking
 // the configured secrets wherever they appear.
-func newLogger(c *config, w io.Writer, scrub *scrubber) *slog.Logger {
+func newLogger(c *config, w io.Writer, scrub *redact.Scrubber) *slog.Logger {
 	lvl, _ := parseLevel(c.LogLevel) // validated
 	opts := &slog.HandlerOptions{Level: lvl}
 	var h slog.Handler = slog.NewTextHandler(w, opts)
@@ -47,18 +47,11 @@ func newLogger(c *config, w io.Writer, scrub *scrubber) *slog.Logger {
 	return slog.New(scrub.Handler(h))
 }
 
-// countParked counts a message parked after exhausting its deliveries in
-// its scene's hourly counters (received and parked), once: its ledger key
-// is its GATE_IN sequence with its id, so a second park of the same message
-// changes nothing. The scene is read as a decision would read it; a message
-// that cannot be read counts under no scene, as invalid ones do.
+// countParked counts each message parked after exhausting its deliveries
+// (gate.ParkedRecord), once.
 func countParked(audit gate.AuditLog, maxBytes int) func(ctx context.Context, d gate.Delivery) error {
 	return func(ctx context.Context, d gate.Delivery) error {
-		msg, _ := gate.ParseDelivery(d, maxBytes)
-		// Only a checked id goes into the key: a header id is any bytes,
-		// and an audit store refusing the key would retry the park for ever.
-		key := "parked:" + strconv.FormatUint(d.Seq, 10) + ":" + msg.ID
-		_, err := audit.Commit(ctx, []gate.Record{{Key: key, Scene: msg.Scene, Outcome: gate.OutcomeParked, At: time.Now()}})
+		_, err := audit.Commit(ctx, []gate.Record{gate.ParkedRecord(d, maxBytes, time.Now())})
 		return err
 	}
 }
@@ -185,7 +178,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		Refunder: refunder, RefundLog: audit,
 		Checker: checker,
 		Preview: preview.New(audit, preview.Options{MaxDecisions: int64(c.PreviewMax)}),
-		Checks: scrub.checks(map[string]httpapi.Check{
+		Checks: scrubChecks(scrub, map[string]httpapi.Check{
 			"nats":         bus.Ping,
 			"window_store": store.Ping,
 			"audit_store":  audit.Ping,

@@ -8,7 +8,7 @@ import (
 )
 
 // benchEnvelope is a producer's 1 KB envelope, as the throughput benchmark
-// (cmd/gatebench) sends them.
+// (bench/gatebench) sends them.
 func benchEnvelope() []byte {
 	head := `{"id":"7f1c4d8e-2b3a-4c5d-9e8f-0a1b2c3d4e5f","scene":"alert.disk_full","receive_id_type":"open_id",` +
 		`"receive_id":"ou_84aad35d084aa403a838cf73ee18467a","msg_type":"text","priority":"normal","content":"{\"text\":\"`

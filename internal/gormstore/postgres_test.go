@@ -68,7 +68,7 @@ func TestPostgresGoesAway(t *testing.T) {
 }
 
 // BenchmarkCommit500 commits batches of 500 new records in make bench's
-// mix (cmd/gatebench): about 70 % forwarded and 30 % suppressed with an
+// mix (bench/gatebench): about 70 % forwarded and 30 % suppressed with an
 // audit row carrying the 1 KB message, random UUID keys, 5 scenes, each
 // record with its recipient and priority. It reports records per second
 // and, on PostgreSQL, what the server spent per record: pg-µs/record is
@@ -143,7 +143,7 @@ func benchCommit(b *testing.B, opts Options, setup func(*Store) error) {
 	}
 }
 
-// benchWorkload generates records as cmd/gatebench's workload decides them.
+// benchWorkload generates records as bench/gatebench's workload decides them.
 type benchWorkload struct {
 	rnd      *rand.Rand
 	at       time.Time
@@ -195,7 +195,7 @@ func (w *benchWorkload) batch(n int) []gate.Record {
 	return recs
 }
 
-// benchPayload is a message of 1 KB, as cmd/gatebench publishes them.
+// benchPayload is a message of 1 KB, as bench/gatebench publishes them.
 func benchPayload(id, scene, recipient string, prio gate.Priority) string {
 	head := fmt.Sprintf(`{"id":%q,"scene":%q,"receive_id_type":"open_id","receive_id":%q,"msg_type":"text","priority":%q,"content":"{\"text\":\"`,
 		id, scene, strings.TrimPrefix(recipient, "open_id:"), prio)

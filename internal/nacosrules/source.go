@@ -61,16 +61,16 @@ type Source struct {
 // New creates the process's one Nacos config client.
 func New(opts Options) (*Source, error) {
 	if opts.Group == "" {
-		opts.Group = "GATE"
+		opts.Group = DefaultGroup
 	}
 	if opts.DataID == "" {
-		opts.DataID = "gate-rules.yaml"
+		opts.DataID = DefaultDataID
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second
 	}
 	if opts.Resync <= 0 {
-		opts.Resync = 30 * time.Second
+		opts.Resync = DefaultResync
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)

@@ -134,7 +134,7 @@ func redisCPU(tb testing.TB, c *redis.Client) time.Duration {
 	return time.Duration(total * float64(time.Second))
 }
 
-// workloadRules is cmd/gatebench's rule set (workload.go): five scenes of
+// workloadRules is bench/gatebench's rule set (workload.go): five scenes of
 // two rolling windows each under the caps {1h/4, 24h/20}; marketing.promo
 // lets urgent messages through, which the store sees as forced admissions.
 const workloadRules = `unknown_scene: forward
@@ -157,7 +157,7 @@ scenes:
 `
 
 // workloadRequests returns the admit requests of n messages of gatebench's
-// workload (cmd/gatebench/workload.go, same generator and seed): scenes by
+// workload (bench/gatebench/workload.go, same generator and seed): scenes by
 // weight, 12 % repeating one of the 512 most recent (recipient, scene)
 // pairs, 2 % urgent, over recipients recipients. Run 200,000 of them
 // against fresh keys, as a gatebench run does, and about 30 % are held back.

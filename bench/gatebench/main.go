@@ -78,7 +78,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.IntVar(&c.recipients, "recipients", envInt("GATE_BENCH_RECIPIENTS", 0), "distinct recipients; 0 means n/2, at most 100,000, which holds back about 30 % (GATE_BENCH_RECIPIENTS)")
 	fs.IntVar(&c.seedN, "seed-n", envInt("GATE_BENCH_SEED_N", 10_000), "messages for the seed baseline (GATE_BENCH_SEED_N)")
 	fs.IntVar(&c.memPairs, "mem-pairs", envInt("GATE_BENCH_MEM_PAIRS", 100_000), "(recipient, scene) pairs for the memory figure (GATE_BENCH_MEM_PAIRS)")
-	fs.IntVar(&c.batch, "batch", envInt("GATE_BATCH", 256), "the gate's batch size (GATE_BATCH), also used by the ceilings")
+	fs.IntVar(&c.batch, "batch", envInt("GATE_BATCH", defaultBatch), "the gate's batch size (GATE_BATCH), also used by the ceilings")
 	fs.IntVar(&c.maxAckPending, "max-ack-pending", envInt("GATE_MAX_ACK_PENDING", 1000), "the consumers' MaxAckPending (GATE_MAX_ACK_PENDING)")
 	fs.IntVar(&c.workers, "workers", envInt("GATE_BENCH_WORKERS", 4), "goroutines driving the Redis and audit ceilings (GATE_BENCH_WORKERS)")
 	fs.StringVar(&c.redisURL, "redis-url", env("GATE_BENCH_REDIS_URL", env("GATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")), "Redis (shared: only the run's own keys are touched)")

@@ -1,4 +1,4 @@
-package main
+package redact
 
 import (
 	"context"
@@ -7,14 +7,12 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-
-	"github.com/antifatigue/gate/internal/httpapi"
 )
 
-// mask stands in for a secret in what the gate logs or prints.
-const mask = "xxxxx"
+// Mask stands in for a secret in what the gate logs or prints.
+const Mask = "xxxxx"
 
-// redactURL returns a configured address with every secret in it masked,
+// URL returns a configured address with every secret in it masked,
 // for logs: the password of user:password@ and a bare userinfo (a NATS
 // token@), the value of every query parameter whose name says it is a
 // secret (password, sslpassword, token, access_token, secret, …, in any
@@ -27,12 +25,12 @@ const mask = "xxxxx"
 // its last @ is taken for userinfo, since a password with an unescaped /, ?
 // or # would otherwise show; an @ in a path or query value then hides more
 // than the secret.
-func redactURL(s string) string {
+func URL(s string) string {
 	out, _ := redactAddress(s)
 	return out
 }
 
-// redactAddress is redactURL that also returns the secrets it masked.
+// redactAddress is URL that also returns the secrets it masked.
 func redactAddress(s string) (string, []string) {
 	var secrets []string
 	if !strings.Contains(s, "://") && isKeywordDSN(s) {
@@ -89,10 +87,10 @@ func redactOne(s string, secrets *[]string) string {
 	if at := strings.LastIndex(rest, "@"); at >= 0 {
 		userinfo := rest[:at]
 		if user, password, ok := strings.Cut(userinfo, ":"); ok {
-			prefix += user + ":" + mask
+			prefix += user + ":" + Mask
 			addSecret(secrets, password)
 		} else {
-			prefix += mask
+			prefix += Mask
 			// PostgreSQL and Redis read a bare userinfo as a user name,
 			// which needs no hiding elsewhere in the log; NATS reads it as
 			// a token.
@@ -126,7 +124,7 @@ func redactQuery(q string, secrets *[]string) string {
 			name = key
 		}
 		if ok && secretKey(name) {
-			pair = key + "=" + mask
+			pair = key + "=" + Mask
 			addSecret(secrets, value)
 		}
 		b.WriteString(pair + sep)
@@ -179,7 +177,7 @@ func redactKeywords(s string, secrets *[]string) string {
 				b.WriteString(s[start:])
 				return b.String()
 			}
-			b.WriteString(s[start:keyStart] + mask)
+			b.WriteString(s[start:keyStart] + Mask)
 			addSecret(secrets, s[keyStart:])
 			return b.String()
 		}
@@ -211,7 +209,7 @@ func redactKeywords(s string, secrets *[]string) string {
 		}
 		value := s[valueStart:i]
 		if !closed || secretKey(key) {
-			b.WriteString(s[start:valueStart] + mask)
+			b.WriteString(s[start:valueStart] + Mask)
 			addSecret(secrets, strings.Trim(value, "'"))
 			continue
 		}
@@ -237,37 +235,35 @@ func addSecret(secrets *[]string, v string) {
 // the addresses that contain it are replaced whole anyway.
 const minScrubbed = 4
 
-// scrubber masks the configured secrets wherever they appear in text the
+// Scrubber masks the configured secrets wherever they appear in text the
 // gate logs or prints: a driver's error may quote the address it was given
 // (pgx repeats a query's password=, net/url the whole URL), and the SDKs
 // log what they like. Each configured address is replaced by its redacted
-// form, then each secret found in it, and each secret setting, by mask.
-type scrubber struct{ r *strings.Replacer }
+// form, then each secret found in it, and each secret setting, by Mask.
+// A nil *Scrubber masks nothing, at no cost.
+type Scrubber struct{ r *strings.Replacer }
 
-// newScrubber collects the secrets of c: the addresses (GATE_NATS_URL,
-// GATE_REDIS_URL, GATE_DATABASE_URL, GATE_NACOS_ADDR) and the secret
-// settings (GATE_API_TOKEN, GATE_NACOS_PASSWORD). It is nil when there is
-// nothing to hide.
-func newScrubber(c *config) *scrubber {
+// New collects the secrets of addresses (URLs, lists of them, libpq
+// keyword/value strings) and the secret values themselves (tokens,
+// passwords). It is nil when there is nothing to hide.
+func New(addresses, secrets []string) *Scrubber {
 	type pair struct{ old, new string }
 	var pairs []pair
-	var secrets []string
-	for _, addr := range []string{c.NATSURL, c.RedisURL, c.DatabaseURL, c.NacosAddr} {
+	for _, addr := range addresses {
 		red, found := redactAddress(addr)
 		if red != addr {
 			pairs = append(pairs, pair{addr, red})
 			for _, p := range splitAddresses(addr) {
-				if r := redactURL(p); r != p {
+				if r := URL(p); r != p {
 					pairs = append(pairs, pair{p, r})
 				}
 			}
 		}
 		secrets = append(secrets, found...)
 	}
-	secrets = append(secrets, c.APIToken, c.NacosPassword)
 	for _, s := range secrets {
 		if len(s) >= minScrubbed {
-			pairs = append(pairs, pair{s, mask})
+			pairs = append(pairs, pair{s, Mask})
 		}
 	}
 	if len(pairs) == 0 {
@@ -280,11 +276,11 @@ func newScrubber(c *config) *scrubber {
 	for _, p := range pairs {
 		args = append(args, p.old, p.new)
 	}
-	return &scrubber{r: strings.NewReplacer(args...)}
+	return &Scrubber{r: strings.NewReplacer(args...)}
 }
 
 // String masks the secrets in s.
-func (s *scrubber) String(v string) string {
+func (s *Scrubber) String(v string) string {
 	if s == nil {
 		return v
 	}
@@ -293,7 +289,7 @@ func (s *scrubber) String(v string) string {
 
 // Error masks the secrets in err's text; errors.Is and errors.As still see
 // err.
-func (s *scrubber) Error(err error) error {
+func (s *Scrubber) Error(err error) error {
 	if s == nil || err == nil {
 		return err
 	}
@@ -302,19 +298,6 @@ func (s *scrubber) Error(err error) error {
 		return err
 	}
 	return &scrubbedError{err: err, msg: msg}
-}
-
-// checks wraps readiness checks so that /readyz, which answers anyone,
-// shows their errors scrubbed.
-func (s *scrubber) checks(cs map[string]httpapi.Check) map[string]httpapi.Check {
-	if s == nil {
-		return cs
-	}
-	out := make(map[string]httpapi.Check, len(cs))
-	for name, check := range cs {
-		out[name] = func(ctx context.Context) error { return s.Error(check(ctx)) }
-	}
-	return out
 }
 
 type scrubbedError struct {
@@ -327,7 +310,7 @@ func (e *scrubbedError) Unwrap() error { return e.err }
 
 // Handler wraps h so that every record's message and attributes are
 // scrubbed before h writes them.
-func (s *scrubber) Handler(h slog.Handler) slog.Handler {
+func (s *Scrubber) Handler(h slog.Handler) slog.Handler {
 	if s == nil {
 		return h
 	}
@@ -336,7 +319,7 @@ func (s *scrubber) Handler(h slog.Handler) slog.Handler {
 
 type scrubHandler struct {
 	slog.Handler
-	s *scrubber
+	s *Scrubber
 }
 
 func (h *scrubHandler) Handle(ctx context.Context, r slog.Record) error {

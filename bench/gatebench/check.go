@@ -118,8 +118,8 @@ func runCheckBench(ctx context.Context, c *config, stdout, stderr io.Writer) err
 			}
 			return admittedIn(answer)
 		}},
-		{"gate.check", func(ctx context.Context, body []byte) (bool, error) {
-			m, err := nc.RequestWithContext(ctx, "gate.check", body)
+		{checkSubject, func(ctx context.Context, body []byte) (bool, error) {
+			m, err := nc.RequestWithContext(ctx, checkSubject, body)
 			if err != nil {
 				return false, err
 			}

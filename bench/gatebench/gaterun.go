@@ -141,7 +141,7 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 	defer watch.close()
 	meter := r.meter(g.pid())
 
-	if _, err := measure(ctx, r.pub, "gate.in", watch, meter, work.warm, 0); err != nil {
+	if _, err := measure(ctx, r.pub, inSubject, watch, meter, work.warm, 0); err != nil {
 		return res, fmt.Errorf("gate warm-up: %w", err)
 	}
 	stopProfile := func() ([]string, error) { return nil, nil }
@@ -152,7 +152,7 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 	if err != nil {
 		return res, err
 	}
-	if res.max, err = measure(ctx, r.pub, "gate.in", watch, meter, work.full, 0); err != nil {
+	if res.max, err = measure(ctx, r.pub, inSubject, watch, meter, work.full, 0); err != nil {
 		return res, fmt.Errorf("gate at full speed: %w", err)
 	}
 	afterMax, err := scrapeGate(g.url + "/metrics")
@@ -173,7 +173,7 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 	if r.cfg.secondRate > 0 {
 		second = r.cfg.secondRate
 	}
-	if res.half, err = measure(ctx, r.pub, "gate.in", watch, meter, work.half, second); err != nil {
+	if res.half, err = measure(ctx, r.pub, inSubject, watch, meter, work.half, second); err != nil {
 		return res, fmt.Errorf("gate at half rate: %w", err)
 	}
 	afterHalf, err := scrapeGate(g.url + "/metrics")

@@ -187,8 +187,8 @@ func forwardMsgs(m messages, msgID bool) []*nats.Msg {
 		if msgID {
 			msg.Header.Set(jetstream.MsgIDHeader, m.envs[i].id)
 		}
-		msg.Header.Set("Gate-Scene", m.envs[i].scene)
-		msg.Header.Set("Gate-Decision", string(gate.OutcomeForward))
+		msg.Header.Set(gate.SceneHeader, m.envs[i].scene)
+		msg.Header.Set(headerDecision, string(gate.OutcomeForward))
 		msg.Header.Set("Gate-Rules-Version", "3f2a9c1e")
 		out[i] = msg
 	}
