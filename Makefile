@@ -68,7 +68,7 @@ services:
 	bash scripts/services.sh
 
 # The gate against this machine's ceilings and the seed design, on real
-# services, in one run (bench/gatebench; README "Results"): 3 runs of 200,000
+# services, in one run (bench/gatebench; docs/benchmarks.md): 3 runs of 200,000
 # messages and their medians, after the Go benchmarks of the hot functions.
 # GATE_BENCH_N=20000 GATE_BENCH_RUNS=1 make bench is a quick run. nats-server
 # is built from go.mod's version and runs as a process of its own.

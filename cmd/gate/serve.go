@@ -59,7 +59,7 @@ func countParked(audit gate.AuditLog, maxBytes int) func(ctx context.Context, d 
 // Garbage collector defaults of gate serve, where GOGC and GOMEMLIMIT are
 // not set. The gate keeps little (the batches in hand, the rules, caches) and
 // allocates per message: Go's default GOGC=100 spent a fifth of the gate's
-// CPU collecting; 400 spends a quarter of that (README, "Results"). The soft
+// CPU collecting; 400 spends a quarter of that (docs/benchmarks.md). The soft
 // memory limit makes the collector work harder before the heap passes it,
 // so a backlog of large messages does not take 5 times its live size.
 const (

@@ -76,7 +76,7 @@ func TestRedisClusterFailover(t *testing.T) {
 // learn the new slot map, not wait for its periodic reload, a minute in
 // go-redis by default); the batches did meet the loss (window store
 // errors); the ledger balances: nothing lost, nothing doubled. Admissions the master had not yet
-// replicated are lost with it (README), so a recipient of its slots may get
+// replicated are lost with it (docs/operating.md), so a recipient of its slots may get
 // a message over a limit for each (one, or as many as it had forwarded in
 // the 2 s before the kill); every other recipient's counts stay exact. The
 // killed node is then started again and rejoins as a replica.

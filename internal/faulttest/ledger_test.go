@@ -86,7 +86,7 @@ type ledgerOptions struct {
 	// overLimit, when set, says by how many admissions recipient to may
 	// exceed its limits: a Redis master lost without a failover takes the
 	// admissions it had not replicated with it, and each lost one lets the
-	// recipient have one message more (README, "When a dependency fails").
+	// recipient have one message more (docs/operating.md, "When a dependency fails").
 	overLimit func(to string) int
 }
 
