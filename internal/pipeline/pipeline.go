@@ -107,21 +107,17 @@ type item struct {
 	err      error // the verdict handed back to the transport
 }
 
-// Handle decides batch and returns one error per delivery: nil when its
-// outcome is durable (ack), an *gate.InvalidError when it can never be
-// decided or the audit store refuses its record for good (dead letter), or
-// a transient error wrapping gate.ErrUnavailable (retry later). Every step is idempotent on the message id, so a retried
-// message is never forwarded, audited or counted twice.
-func (p *Pipeline) Handle(ctx context.Context, batch []gate.Delivery) []error {
-	return p.Start(ctx, batch)()
-}
-
-// Start is Handle in two steps, a gate.BatchStarter, so that a transport can
-// decide the next batch while this one commits. Start parses the batch,
+// Start decides batch in two steps, a gate.BatchStarter, so that a
+// transport can decide the next batch while this one commits. Start parses the batch,
 // looks up the redelivered ids in the ledger and asks the window store about
 // the rest; it returns once every decision is made. finish commits, then
 // publishes the forwards, after those of every batch started earlier, and
-// returns what Handle returns.
+// returns one error per delivery: nil when its outcome is durable (ack), an
+// *gate.InvalidError when it can never be decided or the audit store
+// refuses its record for good (dead letter), or a transient error wrapping
+// gate.ErrUnavailable (retry later). Every step is idempotent on the
+// message id, so a retried message is never forwarded, audited or counted
+// twice.
 //
 // Only redelivered messages are looked up before deciding: a first delivery
 // was decided before only if its producer published the id again (after
@@ -148,7 +144,7 @@ func (p *Pipeline) Handle(ctx context.Context, batch []gate.Delivery) []error {
 // messages in count as holding, until those batches commit.
 //
 // Called one batch at a time, in arrival order, Start therefore decides every
-// recipient's messages in order, as Handle does.
+// recipient's messages in order.
 func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish func() []error) {
 	items, keys := p.parse(batch)
 	if p.o.Metrics != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/metrics"
+	"github.com/antifatigue/gate/internal/ratelog"
 )
 
 // Defaults of a Releaser.
@@ -50,10 +51,9 @@ type ReleaserOptions struct {
 // time.
 type Releaser struct {
 	o ReleaserOptions
-	// failing is when the rounds started failing (zero while they succeed),
-	// and logged when it was last logged, so a store that is down is logged
-	// once a minute, not every round.
-	failing, logged time.Time
+	// failing is the run of failed rounds under way, if any: a store that
+	// is down is logged once a minute, not every round.
+	failing ratelog.Run
 }
 
 // NewReleaser checks the options and returns a releaser.
@@ -128,9 +128,8 @@ func (r *Releaser) Round(ctx context.Context) (more bool, err error) {
 		r.failed(now, err)
 		return false, err
 	}
-	if !r.failing.IsZero() {
-		r.o.Log.Info("releasing held messages again", "failing_since", r.failing)
-		r.failing = time.Time{}
+	if since := r.failing.Ended(); !since.IsZero() {
+		r.o.Log.Info("releasing held messages again", "failing_since", since)
 	}
 	r.count(rules, settled)
 	return n > 0 && full, nil
@@ -139,13 +138,9 @@ func (r *Releaser) Round(ctx context.Context) (more bool, err error) {
 // failed logs a failed round: the first of a run of failures, then once a
 // minute.
 func (r *Releaser) failed(now time.Time, err error) {
-	if r.failing.IsZero() {
-		r.failing = now
-	} else if now.Sub(r.logged) < time.Minute {
-		return
+	if log, since := r.failing.Failed(now); log {
+		r.o.Log.Warn("releasing held messages failed; they stay held and are tried again", "failing_since", since, "err", err)
 	}
-	r.logged = now
-	r.o.Log.Warn("releasing held messages failed; they stay held and are tried again", "failing_since", r.failing, "err", err)
 }
 
 // count counts committed settlements.
