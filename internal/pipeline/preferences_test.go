@@ -41,7 +41,7 @@ func newPrefEnv(t *testing.T, prefs gate.Preferences) (*holdEnv, *prefBox) {
 	t.Helper()
 	e := newHoldEnv(t, true)
 	box := &prefBox{prefs: map[string]gate.Preferences{prefs.Recipient: prefs}}
-	e.p.o.Preferences = box
+	e.p.core.prefs = box
 	return e, box
 }
 

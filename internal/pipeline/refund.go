@@ -37,12 +37,7 @@ func NewRefunder(o RefunderOptions) (*Refunder, error) {
 	if o.Rules == nil || o.Store == nil || o.Ledger == nil || o.Log == nil {
 		return nil, errors.New("refunder: rules, store, ledger and refund log are required")
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	defaults(&o.Logger, &o.Now)
 	return &Refunder{o: o}, nil
 }
 

@@ -61,9 +61,8 @@ func NewReleaser(o ReleaserOptions) (*Releaser, error) {
 	if o.Rules == nil || o.Store == nil || o.Holds == nil || o.Forwarder == nil {
 		return nil, errors.New("releaser: rules, store, holds and forwarder are required")
 	}
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
-	}
+	defaults(&o.Log, &o.Now)
+	instrument(o.Metrics, &o.Store, nil, &o.Holds, nil, &o.Forwarder)
 	if o.Interval <= 0 {
 		o.Interval = DefaultReleaseInterval
 	}
@@ -75,9 +74,6 @@ func NewReleaser(o ReleaserOptions) (*Releaser, error) {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultReleaseTimeout
-	}
-	if o.Now == nil {
-		o.Now = time.Now
 	}
 	return &Releaser{o: o}, nil
 }
@@ -109,22 +105,16 @@ func (r *Releaser) Round(ctx context.Context) (more bool, err error) {
 	var (
 		settled []gate.Settlement
 		full    bool
-		inner   error
 	)
-	done := startTimer(r.o.Metrics, "audit", "settle")
 	n, err := r.o.Holds.Settle(ctx, now, r.o.Queues, r.o.PerQueue, func(ctx context.Context, due [][]gate.Held) ([]gate.Settlement, error) {
 		full = len(due) >= r.o.Queues
 		for _, q := range due {
 			full = full || len(q) >= r.o.PerQueue
 		}
-		settled, inner = r.settle(ctx, rules, now, due)
-		return settled, inner
+		settled, err = r.settle(ctx, rules, now, due)
+		return settled, err
 	})
-	done()
 	if err != nil {
-		if inner == nil {
-			countFailure(r.o.Metrics, "audit", "settle")
-		}
 		r.failed(now, err)
 		return false, err
 	}
@@ -195,5 +185,5 @@ func (r *Releaser) settle(ctx context.Context, rules *gate.RuleSet, now time.Tim
 
 // forget takes back admissions of messages that stay held.
 func (r *Releaser) forget(ctx context.Context, reqs []gate.AdmitRequest) {
-	forget(ctx, r.o.Store, r.o.Metrics, r.o.Log, reqs, "admissions of messages that stay held stay counted in their windows")
+	forget(ctx, r.o.Store, r.o.Log, reqs, "admissions of messages that stay held stay counted in their windows")
 }
