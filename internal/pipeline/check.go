@@ -4,37 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/internal/metrics"
 )
-
-// CheckOptions are a Checker's dependencies: the pipeline's rules, window
-// store, audit log and hold store, and the store of check answers. Rules,
-// Store, Audit and Answers are required. Answers that implement
-// gate.CheckAnswersBatch are looked up and saved a batch at a time.
-type CheckOptions struct {
-	Rules   gate.RuleSource
-	Store   gate.WindowStore
-	Audit   gate.AuditLog
-	Answers gate.CheckAnswers
-	// Holds, when set, lets a check of a scene that holds messages see the
-	// queue it would join: with messages held there already, a message sent
-	// now would overtake them, so the check answers defer (or digest) with
-	// reason queued, as the pipeline decides such a message.
-	Holds gate.HoldStore
-	// Preferences, when set, are the recipients' preferences (the cache
-	// the pipeline reads): a check of a muted scene is suppressed, one of a
-	// digest_only scene answers digest, as a message would be.
-	Preferences gate.PreferenceStore
-	Metrics     *metrics.Metrics // optional
-	Log         *slog.Logger     // optional
-	// Now is the clock of quiet hours and of decisions no window store
-	// takes; time.Now by default.
-	Now func() time.Time
-}
 
 // Checker answers synchronous checks (POST /v1/check, gate.check): the
 // check front end of the core. It decides a message that is not sent, as
@@ -45,17 +18,6 @@ type Checker struct {
 	o    CheckOptions
 	core core
 	q    checkQueue
-}
-
-// NewChecker checks the options and returns a Checker.
-func NewChecker(o CheckOptions) (*Checker, error) {
-	if o.Rules == nil || o.Store == nil || o.Audit == nil || o.Answers == nil {
-		return nil, errors.New("checker: rules, store, audit and answers are required")
-	}
-	defaults(&o.Log, &o.Now)
-	instrument(o.Metrics, &o.Store, &o.Audit, &o.Holds, &o.Preferences, nil)
-	o.Answers = instrumentAnswers(o.Metrics, o.Answers)
-	return &Checker{o: o, core: core{store: o.Store, audit: o.Audit, holds: o.Holds, prefs: o.Preferences, m: o.Metrics, log: o.Log, now: o.Now}}, nil
 }
 
 // ErrCheckStore marks a check the gate could not answer because a store did

@@ -227,7 +227,9 @@ func (c *Checker) answeredAll(ctx context.Context, items []*checkItem) []*checkI
 		}
 		maps.Copy(found, m)
 		return nil
-	}, func(it *checkItem, err error) { it.resolve(gate.CheckAnswer{}, checks.unavailable("audit", "check_answer", err)) })
+	}, func(it *checkItem, err error) {
+		it.resolve(gate.CheckAnswer{}, checks.unavailable("audit", "check_answer", err))
+	})
 	left := items[:0]
 	for _, it := range items {
 		sa := found[it.req.Message.ID]

@@ -52,14 +52,6 @@ func (c *core) commit(ctx context.Context, k kind, rules *gate.RuleSet, items []
 		return
 	}
 	known, refused, forget := c.commitRecords(ctx, k, items, batch)
-	for _, p := range batch {
-		if it := &items[p.i]; it.state == decided {
-			it.state = committed
-		}
-	}
-	if len(known) > 0 {
-		forget = append(forget, c.conflicts(ctx, k, items, known)...)
-	}
 	if k == checks {
 		for _, r := range refused {
 			it := &items[r.i]
@@ -70,6 +62,14 @@ func (c *core) commit(ctx context.Context, k kind, rules *gate.RuleSet, items []
 		}
 	} else if len(refused) > 0 {
 		forget = append(forget, c.park(ctx, items, refused)...)
+	}
+	if len(known) > 0 {
+		forget = append(forget, c.conflicts(ctx, k, items, known)...)
+	}
+	for _, p := range batch {
+		if it := &items[p.i]; it.state == decided && !it.dryRun {
+			it.state = committed
+		}
 	}
 	c.forget(ctx, forget, "admissions taken back stay counted in their windows")
 }
@@ -159,7 +159,7 @@ func (c *core) conflicts(ctx context.Context, k kind, items []item, known []stri
 	}
 	if k == checks {
 		for i := range items {
-			if it := &items[i]; it.state == committed && byKey[it.key] {
+			if it := &items[i]; it.state == decided && byKey[it.key] {
 				it.state = conflict
 			}
 		}
@@ -171,7 +171,7 @@ func (c *core) conflicts(ctx context.Context, k kind, items []item, known []stri
 	}
 	for i := range items {
 		it := &items[i]
-		if (it.state != committed && it.state != invalid) || !byKey[it.key] {
+		if (it.state != decided && it.state != invalid) || !byKey[it.key] {
 			continue
 		}
 		pr, ok := priors[it.key]

@@ -2,51 +2,10 @@ package pipeline
 
 import (
 	"context"
-	"errors"
-	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/internal/metrics"
 )
-
-// Options are the pipeline's dependencies. Rules, Store, Audit and
-// Forwarder are required.
-type Options struct {
-	Rules     gate.RuleSource
-	Store     gate.WindowStore
-	Audit     gate.AuditLog
-	Forwarder gate.Forwarder
-	// Holds keeps held messages (on_exceed defer or digest, quiet hours
-	// with action defer). Optional: without it, such messages are
-	// suppressed instead, and New logs so.
-	Holds gate.HoldStore
-	// Preferences are the recipients' preferences (muted scenes,
-	// digest_only), looked up once per batch; a cache in front of the
-	// audit store. Optional: without it no preferences apply.
-	Preferences gate.PreferenceStore
-	Metrics     *metrics.Metrics // optional
-	Log         *slog.Logger     // optional
-	// MaxMessageBytes bounds an envelope; 0 means gate.DefaultMaxMessageBytes.
-	MaxMessageBytes int
-	// Now is the clock for messages no window store decides (unknown scenes,
-	// invalid messages); time.Now by default.
-	Now func() time.Time
-	// ReplayWithin bounds the replay of a forward for a first delivery whose
-	// id the commit found decided as a forward: within it, the delivery is
-	// taken for the same message come back (a nats-server restarted
-	// uncleanly can deliver a message again as if for the first time), and
-	// the forward is published again; beyond it, for a producer's second
-	// publish of the id, which gets no second forward. A redelivered message
-	// always gets its committed forward published again. It should be
-	// shorter than the outbound stream's duplicate window, which absorbs the
-	// copies; 0 means DefaultReplayWithin.
-	ReplayWithin time.Duration
-}
-
-// DefaultReplayWithin is half of GATE_OUT's default duplicate window.
-const DefaultReplayWithin = time.Hour
 
 // Pipeline decides batches of deliveries from gate.in: the message front
 // end of the core. It is safe for concurrent use.
@@ -65,28 +24,6 @@ type Pipeline struct {
 	// that hold messages in it: until they commit, the hold store does not
 	// know them, and a later message of the queue must not overtake them.
 	held map[gate.Queue]int
-}
-
-// New checks the options and returns a pipeline.
-func New(o Options) (*Pipeline, error) {
-	if o.Rules == nil || o.Store == nil || o.Audit == nil || o.Forwarder == nil {
-		return nil, errors.New("pipeline: rules, store, audit and forwarder are required")
-	}
-	defaults(&o.Log, &o.Now)
-	if o.ReplayWithin <= 0 {
-		o.ReplayWithin = DefaultReplayWithin
-	}
-	if o.Holds == nil {
-		o.Log.Warn("no hold store: messages that on_exceed defer or digest, or quiet hours with action defer, would hold are suppressed instead")
-	}
-	instrument(o.Metrics, &o.Store, &o.Audit, &o.Holds, &o.Preferences, &o.Forwarder)
-	done := make(chan struct{})
-	close(done)
-	return &Pipeline{
-		o:        o,
-		core:     core{store: o.Store, audit: o.Audit, holds: o.Holds, prefs: o.Preferences, m: o.Metrics, log: o.Log, now: o.Now},
-		inFlight: make(map[string]chan struct{}), forwarded: done, held: make(map[gate.Queue]int),
-	}, nil
 }
 
 // Start decides batch in two steps, a gate.BatchStarter, so that a

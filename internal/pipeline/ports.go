@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
@@ -19,17 +18,6 @@ import (
 // preferences and check answers, all in the audit database) or "nats" (the
 // forwarder). Forget is counted, not timed, as it always was.
 
-// defaults fills what is unset of log and now: a logger that discards, and
-// time.Now.
-func defaults(log **slog.Logger, now *func() time.Time) {
-	if *log == nil {
-		*log = slog.New(slog.DiscardHandler)
-	}
-	if *now == nil {
-		*now = time.Now
-	}
-}
-
 // observed times one call of m's store and op and counts it failed when
 // err is not nil.
 func observed(m *metrics.Metrics, store, op string, start time.Time, err error) {
@@ -40,6 +28,14 @@ func observed(m *metrics.Metrics, store, op string, start time.Time, err error) 
 	if err != nil {
 		m.StoreErrors.WithLabelValues(store, op).Inc()
 	}
+}
+
+// timed calls f as a call of store's op, observed on m.
+func timed[T any](m *metrics.Metrics, store, op string, f func() (T, error)) (T, error) {
+	start := time.Now()
+	v, err := f()
+	observed(m, store, op, start, err)
+	return v, err
 }
 
 // countFailure counts a failure of store's op on m, which may be nil, that
@@ -85,17 +81,11 @@ type auditPort struct {
 }
 
 func (a auditPort) Decided(ctx context.Context, keys []string) (map[string]gate.Prior, error) {
-	start := time.Now()
-	found, err := a.AuditLog.Decided(ctx, keys)
-	observed(a.m, "audit", "decided", start, err)
-	return found, err
+	return timed(a.m, "audit", "decided", func() (map[string]gate.Prior, error) { return a.AuditLog.Decided(ctx, keys) })
 }
 
 func (a auditPort) Commit(ctx context.Context, recs []gate.Record) ([]string, error) {
-	start := time.Now()
-	known, err := a.AuditLog.Commit(ctx, recs)
-	observed(a.m, "audit", "commit", start, err)
-	return known, err
+	return timed(a.m, "audit", "commit", func() ([]string, error) { return a.AuditLog.Commit(ctx, recs) })
 }
 
 // holdPort is a gate.HoldStore, observed. A failed Settle is counted only
@@ -106,10 +96,7 @@ type holdPort struct {
 }
 
 func (h holdPort) Waiting(ctx context.Context, queues []gate.Queue) (map[gate.Queue]bool, error) {
-	start := time.Now()
-	found, err := h.HoldStore.Waiting(ctx, queues)
-	observed(h.m, "audit", "waiting", start, err)
-	return found, err
+	return timed(h.m, "audit", "waiting", func() (map[gate.Queue]bool, error) { return h.HoldStore.Waiting(ctx, queues) })
 }
 
 func (h holdPort) Settle(ctx context.Context, now time.Time, maxQueues, perQueue int,
@@ -136,10 +123,9 @@ type prefPort struct {
 }
 
 func (p prefPort) Preferences(ctx context.Context, recipients []string) (map[string]gate.Preferences, error) {
-	start := time.Now()
-	found, err := p.PreferenceStore.Preferences(ctx, recipients)
-	observed(p.m, "audit", "preferences", start, err)
-	return found, err
+	return timed(p.m, "audit", "preferences", func() (map[string]gate.Preferences, error) {
+		return p.PreferenceStore.Preferences(ctx, recipients)
+	})
 }
 
 // forwardPort is a gate.Forwarder, observed: a call counts failed when any
@@ -177,9 +163,7 @@ func (a answerPort) Answer(ctx context.Context, id string) (gate.CheckAnswer, bo
 }
 
 func (a answerPort) Save(ctx context.Context, id string, ans gate.CheckAnswer) error {
-	start := time.Now()
-	err := a.CheckAnswers.Save(ctx, id, ans)
-	observed(a.m, "audit", "save_check", start, err)
+	_, err := timed(a.m, "audit", "save_check", func() (struct{}, error) { return struct{}{}, a.CheckAnswers.Save(ctx, id, ans) })
 	return err
 }
 
@@ -190,16 +174,11 @@ type answerBatchPort struct {
 }
 
 func (a answerBatchPort) Answers(ctx context.Context, ids []string) (map[string]gate.StoredAnswer, error) {
-	start := time.Now()
-	found, err := a.b.Answers(ctx, ids)
-	observed(a.m, "audit", "check_answer", start, err)
-	return found, err
+	return timed(a.m, "audit", "check_answer", func() (map[string]gate.StoredAnswer, error) { return a.b.Answers(ctx, ids) })
 }
 
 func (a answerBatchPort) SaveAll(ctx context.Context, answers map[string]gate.CheckAnswer) error {
-	start := time.Now()
-	err := a.b.SaveAll(ctx, answers)
-	observed(a.m, "audit", "save_check", start, err)
+	_, err := timed(a.m, "audit", "save_check", func() (struct{}, error) { return struct{}{}, a.b.SaveAll(ctx, answers) })
 	return err
 }
 

@@ -2,48 +2,12 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/internal/metrics"
 	"github.com/antifatigue/gate/internal/ratelog"
 )
-
-// Defaults of a Releaser.
-const (
-	DefaultReleaseInterval = 500 * time.Millisecond
-	DefaultReleaseQueues   = 100
-	DefaultReleasePerQueue = 100
-	DefaultReleaseTimeout  = 10 * time.Second
-)
-
-// ReleaserOptions are a Releaser's dependencies. Rules, Store, Holds and
-// Forwarder are required.
-type ReleaserOptions struct {
-	Rules     gate.RuleSource
-	Store     gate.WindowStore
-	Holds     gate.HoldStore
-	Forwarder gate.Forwarder
-	Metrics   *metrics.Metrics // optional
-	Log       *slog.Logger     // optional
-	// Interval is how often the hold store is asked for due messages;
-	// DefaultReleaseInterval when 0. A round that settled a full page goes
-	// on at once.
-	Interval time.Duration
-	// Queues and PerQueue bound one round: how many queues, and how many
-	// messages of each, it settles (DefaultReleaseQueues and
-	// DefaultReleasePerQueue when 0).
-	Queues, PerQueue int
-	// Timeout bounds one round; DefaultReleaseTimeout when 0. A round in
-	// hand when Run's context ends is finished within it, not cut short.
-	Timeout time.Duration
-	// Now is the clock of due times, expiries and quiet hours; time.Now by
-	// default.
-	Now func() time.Time
-}
 
 // Releaser settles held messages as they come due: it forwards deferred
 // messages their windows admit again, and digests, and applies fallbacks.
@@ -54,28 +18,6 @@ type Releaser struct {
 	// failing is the run of failed rounds under way, if any: a store that
 	// is down is logged once a minute, not every round.
 	failing ratelog.Run
-}
-
-// NewReleaser checks the options and returns a releaser.
-func NewReleaser(o ReleaserOptions) (*Releaser, error) {
-	if o.Rules == nil || o.Store == nil || o.Holds == nil || o.Forwarder == nil {
-		return nil, errors.New("releaser: rules, store, holds and forwarder are required")
-	}
-	defaults(&o.Log, &o.Now)
-	instrument(o.Metrics, &o.Store, nil, &o.Holds, nil, &o.Forwarder)
-	if o.Interval <= 0 {
-		o.Interval = DefaultReleaseInterval
-	}
-	if o.Queues <= 0 {
-		o.Queues = DefaultReleaseQueues
-	}
-	if o.PerQueue <= 0 {
-		o.PerQueue = DefaultReleasePerQueue
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = DefaultReleaseTimeout
-	}
-	return &Releaser{o: o}, nil
 }
 
 // Run settles due messages every Interval until ctx ends. A round that

@@ -32,7 +32,7 @@ const (
 	// decides both.
 	twin
 	// prior: decided before this batch; prior holds the ledger's outcome,
-	// which it keeps.
+	// which it keeps (err keeps an invalid message's verdict).
 	prior
 	// conflict: the commit found its key in the ledger already, claimed
 	// by another message or check; it takes the first claim's outcome.
