@@ -53,18 +53,18 @@ func (c *Checker) Check(ctx context.Context, body []byte) (a gate.CheckAnswer, e
 		return gate.CheckAnswer{}, err
 	}
 	if _, batched := c.o.Answers.(gate.CheckAnswersBatch); !batched {
-		if prev, ok, err := c.answered(ctx, req.Message.ID); err != nil || ok {
+		if prev, ok, err := c.storedAnswer(ctx, req.Message.ID); err != nil || ok {
 			return prev, err
 		}
 	}
-	return c.wait(ctx, c.enqueue(ctx, req))
+	return c.await(ctx, c.enqueue(ctx, req))
 }
 
-// answered looks id up among the stored answers and in the ledger: a check
+// storedAnswer looks id up among the stored answers and in the ledger: a check
 // of an id decided before gets that decision back. An id in the ledger
 // without an answer is a message decided on gate.in, or a check storing
 // its answer now, which first waits for a moment.
-func (c *Checker) answered(ctx context.Context, id string) (gate.CheckAnswer, bool, error) {
+func (c *Checker) storedAnswer(ctx context.Context, id string) (gate.CheckAnswer, bool, error) {
 	a, found, prior, err := c.o.Answers.Answer(ctx, id)
 	switch {
 	case err != nil:

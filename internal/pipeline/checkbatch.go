@@ -89,8 +89,8 @@ func (c *Checker) enqueue(ctx context.Context, req gate.CheckRequest) *checkItem
 	return it
 }
 
-// wait waits for it's answer, or for ctx to end first.
-func (c *Checker) wait(ctx context.Context, it *checkItem) (gate.CheckAnswer, error) {
+// await waits for it's answer, or for ctx to end first.
+func (c *Checker) await(ctx context.Context, it *checkItem) (gate.CheckAnswer, error) {
 	select {
 	case <-it.done:
 		return it.a, it.err
@@ -139,7 +139,7 @@ func (c *Checker) decideBatch(batch []*checkItem) {
 			}
 		}
 	}()
-	left := c.answeredAll(ctx, leaders(batch))
+	left := c.storedAnswers(ctx, leaders(batch))
 	rules := c.o.Rules.Current()
 	items := make([]item, len(left))
 	for i, ck := range left {
@@ -167,7 +167,7 @@ func (c *Checker) decideBatch(batch []*checkItem) {
 			if it.slot == counted {
 				taken = append(taken, *it.plan.Request)
 			}
-			go c.settle(left[i], 0, taken)
+			go c.answerFirst(left[i], 0, taken)
 		case failed:
 			left[i].resolve(gate.CheckAnswer{}, it.err)
 		}
@@ -199,12 +199,12 @@ func leaders(batch []*checkItem) []*checkItem {
 	return items
 }
 
-// answeredAll looks the batch's ids up among the stored answers and in the
+// storedAnswers looks the batch's ids up among the stored answers and in the
 // ledger, in one call, when the store can (gate.CheckAnswersBatch; Check
-// looked each up itself otherwise), as answered does for one: a check of an
+// looked each up itself otherwise), as storedAnswer does for one: a check of an
 // id decided before gets that decision back. An id the store refuses for
 // good fails its check alone. It returns the checks left to decide.
-func (c *Checker) answeredAll(ctx context.Context, items []*checkItem) []*checkItem {
+func (c *Checker) storedAnswers(ctx context.Context, items []*checkItem) []*checkItem {
 	b, ok := c.o.Answers.(gate.CheckAnswersBatch)
 	if !ok || len(items) == 0 {
 		return items
@@ -240,7 +240,7 @@ func (c *Checker) answeredAll(ctx context.Context, items []*checkItem) []*checkI
 		case sa.Prior.Outcome != "":
 			// A check that claimed the id a moment ago stores its answer
 			// right after: waited for, on its own.
-			go c.settle(it, 1, nil)
+			go c.answerFirst(it, 1, nil)
 		default:
 			left = append(left, it)
 		}
@@ -248,13 +248,13 @@ func (c *Checker) answeredAll(ctx context.Context, items []*checkItem) []*checkI
 	return left
 }
 
-// settle answers a check whose id was claimed first by another check (or a
+// answerFirst answers a check whose id was claimed first by another check (or a
 // message): with the first claim's answer. A window counts an id once,
 // whichever ask recorded it: when the first was admitted, the slot this
 // check recorded (taken) is its slot too, and stays; otherwise it is taken
 // back (see sharesSlot). tried is as first's: 1 when the caller has just
 // looked the answer up.
-func (c *Checker) settle(it *checkItem, tried int, taken []gate.AdmitRequest) {
+func (c *Checker) answerFirst(it *checkItem, tried int, taken []gate.AdmitRequest) {
 	ctx, cancel := context.WithTimeout(context.Background(), checkBatchTimeout)
 	defer cancel()
 	first, err := c.first(ctx, it.req.Message.ID, tried)

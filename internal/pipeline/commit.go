@@ -147,7 +147,7 @@ func (c *core) park(ctx context.Context, items []item, refused []refusal) (forge
 
 // conflicts handles the keys the commit found in the ledger already. A
 // check's is left in state conflict, for its front end to answer with the
-// first claim's answer (Checker.settle). A message's id was published
+// first claim's answer (Checker.answerFirst). A message's id was published
 // again by its producer: it takes its first outcome back (state prior),
 // and an admission this batch counted is returned, to be taken out of the
 // window, unless it is the first claim's slot too (sharesSlot). Should the
@@ -206,7 +206,7 @@ func (c *core) conflicts(ctx context.Context, k kind, items []item, known []stri
 // this batch's would have been a duplicate: that one is taken out, as any
 // admission of an id decided before. A check that meets a conflict keeps
 // its slot by the same rule, read from the first claim's answer
-// (Checker.settle).
+// (Checker.answerFirst).
 func sharesSlot(prior gate.Prior, d gate.Decision) bool {
 	return prior.Outcome == gate.OutcomeForward && !d.At.IsZero() && !prior.At.Before(d.At)
 }

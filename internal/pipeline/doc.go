@@ -78,8 +78,10 @@
 //     retry may succeed.
 //   - replay: publish again the forward the ledger holds for a message
 //     that came back.
-//   - settle: the Releaser's deciding of held messages that came due; a
-//     check that met a conflict also settles, on the first claim's answer.
+//   - settle: the Releaser's deciding of held messages that came due.
+//   - first claim: the message or check whose commit put a key in the
+//     ledger; a check in conflict is answered with its answer
+//     (Checker.answerFirst).
 //
 // It may import the standard library, internal/gate, internal/metrics and
 // internal/ratelog; it sees every dependency through a gate interface,

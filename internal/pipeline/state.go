@@ -13,7 +13,8 @@ import (
 //	toDecide -> decided -> committed            (the usual path)
 //	toDecide -> invalid                         (a store refused it for good: parked)
 //	toDecide | decided -> failed                (a store failed: retried, or the check errs)
-//	decided -> conflict -> prior | failed       (the ledger held its key already)
+//	decided -> prior | failed                   (a message whose key the ledger held)
+//	decided -> conflict                         (a check whose key the ledger held)
 //	parse: invalid | twin | toDecide; ledger lookup: toDecide -> prior
 type state uint8
 
