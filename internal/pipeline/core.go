@@ -64,20 +64,19 @@ func (c *core) decide(ctx context.Context, k kind, rules *gate.RuleSet, items []
 // cannot hold) is an *gate.InvalidError instead: asked again, the check
 // fails again.
 func (k kind) unavailable(store, op string, err error) error {
-	if k == checks && refusedForGood(err) {
+	if k == messages {
+		if errors.Is(err, gate.ErrUnavailable) {
+			return err
+		}
+		return fmt.Errorf("%s %s: %w: %w", store, op, gate.ErrUnavailable, err)
+	}
+	if refusedForGood(err) {
 		return refusedBy(store, err)
 	}
 	if !errors.Is(err, gate.ErrUnavailable) {
-		if k == checks {
-			err = fmt.Errorf("%w: %w", gate.ErrUnavailable, err)
-		} else {
-			return fmt.Errorf("%s %s: %w: %w", store, op, gate.ErrUnavailable, err)
-		}
+		err = fmt.Errorf("%w: %w", gate.ErrUnavailable, err)
 	}
-	if k == checks {
-		return fmt.Errorf("%s %s: %w: %w", store, op, ErrCheckStore, err)
-	}
-	return err
+	return fmt.Errorf("%s %s: %w: %w", store, op, ErrCheckStore, err)
 }
 
 // refusedForGood reports whether a store refused a call for good: data it
