@@ -10,17 +10,21 @@ import (
 // stage reads it to know whether the message is its to handle, and moves
 // it on; each word means one thing (see the glossary in doc.go).
 //
-//	toDecide -> decided -> committed            (the usual path)
-//	toDecide -> invalid                         (a store refused it for good: parked)
-//	toDecide | decided -> failed                (a store failed: retried, or the check errs)
-//	decided -> prior | failed                   (a message whose key the ledger held)
-//	decided -> conflict                         (a check whose key the ledger held)
-//	parse: invalid | twin | toDecide; ledger lookup: toDecide -> prior
+//	parse:   toDecide | invalid | twin; the ledger lookup: -> prior
+//	wait:    toDecide -> decided (held behind its queue)
+//	admit:   toDecide -> invalid (a message the store refused) | failed
+//	         (a check it refused, or a store down and no fail open) |
+//	         decided (failed open)
+//	resolve: toDecide -> decided
+//	commit:  decided | invalid -> committed (decided only) | invalid
+//	         (parked) | failed | prior (a message whose key the ledger
+//	         held) | conflict (such a check)
+//	forward: committed | prior -> failed (the publish failed)
 type state uint8
 
 const (
-	// toDecide: this batch decides it; plan and queue wait hold what the
-	// stages found so far, and no decision is made yet.
+	// toDecide: this batch decides it, and has not yet; plan (then res)
+	// hold what the stages found so far.
 	toDecide state = iota
 	// decided: dec holds this batch's decision, not yet durable.
 	decided
