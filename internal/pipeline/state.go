@@ -11,7 +11,8 @@ import (
 // it on; each word means one thing (see the glossary in doc.go).
 //
 //	parse:   toDecide | invalid | twin; the ledger lookup: -> prior
-//	wait:    toDecide -> decided (held behind its queue)
+//	wait:    toDecide -> decided (held behind its queue) | failed (a
+//	         check whose queue the store refused or could not look at)
 //	admit:   toDecide -> invalid (a message the store refused) | failed
 //	         (a check it refused, or a store down and no fail open) |
 //	         decided (failed open)
