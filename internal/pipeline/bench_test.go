@@ -60,7 +60,7 @@ func BenchmarkHandle(b *testing.B) {
 		b.StopTimer()
 		ds := next()
 		b.StartTimer()
-		for i, err := range p.Handle(ctx, ds) {
+		for i, err := range handle(p, ctx, ds) {
 			if err != nil {
 				b.Fatalf("message %d: %v", i, err)
 			}

@@ -4,60 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/internal/metrics"
 )
 
-// CheckOptions are a Checker's dependencies: the pipeline's rules, window
-// store, audit log and hold store, and the store of check answers. Rules,
-// Store, Audit and Answers are required. Answers that implement
-// gate.CheckAnswersBatch are looked up and saved a batch at a time.
-type CheckOptions struct {
-	Rules   gate.RuleSource
-	Store   gate.WindowStore
-	Audit   gate.AuditLog
-	Answers gate.CheckAnswers
-	// Holds, when set, lets a check of a scene that holds messages see the
-	// queue it would join: with messages held there already, a message sent
-	// now would overtake them, so the check answers defer (or digest) with
-	// reason queued, as the pipeline decides such a message.
-	Holds gate.HoldStore
-	// Preferences, when set, are the recipients' preferences (the cache
-	// the pipeline reads): a check of a muted scene is suppressed, one of a
-	// digest_only scene answers digest, as a message would be.
-	Preferences gate.PreferenceStore
-	Metrics     *metrics.Metrics // optional
-	Log         *slog.Logger     // optional
-	// Now is the clock of quiet hours and of decisions no window store
-	// takes; time.Now by default.
-	Now func() time.Time
-}
-
-// Checker answers synchronous checks (POST /v1/check, gate.check): it
-// decides a message that is not sent, as the pipeline would decide it now,
-// and records an admission in the windows and the ledger the pipeline uses,
-// so that checks and messages on gate.in share every limit. It is safe for
-// concurrent use.
+// Checker answers synchronous checks (POST /v1/check, gate.check): the
+// check front end of the core. It decides a message that is not sent, as
+// the pipeline would decide it now, and records an admission in the
+// windows and the ledger the pipeline uses, so that checks and messages on
+// gate.in share every limit. It is safe for concurrent use.
 type Checker struct {
-	o CheckOptions
-	q checkQueue
-}
-
-// NewChecker checks the options and returns a Checker.
-func NewChecker(o CheckOptions) (*Checker, error) {
-	if o.Rules == nil || o.Store == nil || o.Audit == nil || o.Answers == nil {
-		return nil, errors.New("checker: rules, store, audit and answers are required")
-	}
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	return &Checker{o: o}, nil
+	o    CheckOptions
+	core core
+	q    checkQueue
 }
 
 // ErrCheckStore marks a check the gate could not answer because a store did
@@ -93,24 +53,22 @@ func (c *Checker) Check(ctx context.Context, body []byte) (a gate.CheckAnswer, e
 		return gate.CheckAnswer{}, err
 	}
 	if _, batched := c.o.Answers.(gate.CheckAnswersBatch); !batched {
-		if prev, ok, err := c.answered(ctx, req.Message.ID); err != nil || ok {
+		if prev, ok, err := c.storedAnswer(ctx, req.Message.ID); err != nil || ok {
 			return prev, err
 		}
 	}
-	return c.wait(ctx, c.enqueue(ctx, req))
+	return c.await(ctx, c.enqueue(ctx, req))
 }
 
-// answered looks id up among the stored answers and in the ledger: a check
+// storedAnswer looks id up among the stored answers and in the ledger: a check
 // of an id decided before gets that decision back. An id in the ledger
 // without an answer is a message decided on gate.in, or a check storing
 // its answer now, which first waits for a moment.
-func (c *Checker) answered(ctx context.Context, id string) (gate.CheckAnswer, bool, error) {
-	done := startTimer(c.o.Metrics, "audit", "check_answer")
+func (c *Checker) storedAnswer(ctx context.Context, id string) (gate.CheckAnswer, bool, error) {
 	a, found, prior, err := c.o.Answers.Answer(ctx, id)
-	done()
 	switch {
 	case err != nil:
-		return gate.CheckAnswer{}, false, c.failed("audit", "check_answer", err)
+		return gate.CheckAnswer{}, false, checks.unavailable("audit", "check_answer", err)
 	case found:
 		return a.AsDuplicate(), true, nil
 	case prior.Outcome != "":
@@ -140,186 +98,25 @@ func (c *Checker) first(ctx context.Context, id string, tried int) (gate.CheckAn
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return gate.CheckAnswer{}, c.failed("audit", "check_answer", ctx.Err())
+				c.core.failedCall("audit", "check_answer")
+				return gate.CheckAnswer{}, checks.unavailable("audit", "check_answer", ctx.Err())
 			case <-t.C:
 			}
 		}
 		a, found, prior, err := c.o.Answers.Answer(ctx, id)
 		switch {
 		case err != nil:
-			return gate.CheckAnswer{}, c.failed("audit", "check_answer", err)
+			return gate.CheckAnswer{}, checks.unavailable("audit", "check_answer", err)
 		case found:
 			return a.AsDuplicate(), nil
 		case try >= firstTries && prior.Outcome != "":
 			return gate.PriorAnswer(prior), nil
 		case try >= firstTries:
-			return gate.CheckAnswer{}, c.failed("audit", "check_answer",
+			c.core.failedCall("audit", "check_answer")
+			return gate.CheckAnswer{}, checks.unavailable("audit", "check_answer",
 				fmt.Errorf("id %q: the ledger refused it as known, and has no row for it", id))
 		}
 	}
-}
-
-// preferences looks up the preferences of the batch's recipients in one
-// call, and fails open as the pipeline does (preferences are a courtesy):
-// should the lookup fail, the checks are decided without them, and the
-// failure is counted and logged.
-func (c *Checker) preferences(ctx context.Context, items []*checkItem) map[string]gate.Preferences {
-	if c.o.Preferences == nil || len(items) == 0 {
-		return nil
-	}
-	recipients := make([]string, len(items))
-	for i, it := range items {
-		recipients[i] = it.req.Message.Recipient()
-	}
-	found, err := lookupPreferences(ctx, c.o.Preferences, c.o.Metrics, recipients)
-	if err != nil {
-		c.o.Log.Warn("reading recipients' preferences failed; the checks are decided without them", "checks", len(items), "err", err)
-		return nil
-	}
-	return found
-}
-
-// queued decides the checks whose plan has a queue that holds messages now,
-// which a message sent now would overtake, with one look at the batch's
-// queues. Quiet hours hold the message whatever its queues hold.
-func (c *Checker) queued(ctx context.Context, items []*checkItem, now time.Time) {
-	if c.o.Holds == nil {
-		return
-	}
-	var (
-		qs   []gate.Queue
-		seen = map[gate.Queue]bool{}
-		who  []*checkItem
-	)
-	for _, it := range items {
-		if it.plan.Quiet || len(it.plan.Queues) == 0 {
-			continue
-		}
-		who = append(who, it)
-		for _, hq := range it.plan.Queues {
-			if !seen[hq.Queue] {
-				seen[hq.Queue] = true
-				qs = append(qs, hq.Queue)
-			}
-		}
-	}
-	if len(qs) == 0 {
-		return
-	}
-	done := startTimer(c.o.Metrics, "audit", "waiting")
-	waiting, err := c.o.Holds.Waiting(ctx, qs)
-	done()
-	if err != nil {
-		err = c.failed("audit", "waiting", err)
-	}
-	for _, it := range who {
-		if err != nil {
-			it.fail(err)
-			continue
-		}
-		for _, hq := range it.plan.Queues {
-			if waiting[hq.Queue] {
-				it.d, it.decided = gate.Queued(it.plan, hq, now), true
-				break
-			}
-		}
-	}
-}
-
-// admitAll asks the window store about the batch's checks that need it, in
-// one call; with the store down, each check of a scene that says so fails
-// open, and the others fail.
-func (c *Checker) admitAll(ctx context.Context, items []*checkItem) {
-	var (
-		reqs []gate.AdmitRequest
-		who  []*checkItem
-	)
-	for _, it := range items {
-		if it.out || it.decided || it.plan.Request == nil {
-			continue
-		}
-		r := *it.plan.Request
-		r.DryRun, r.WantTightest = it.req.DryRun, true // only the check API reads Tightest
-		reqs, who = append(reqs, r), append(who, it)
-	}
-	if len(reqs) == 0 {
-		return
-	}
-	done := startTimer(c.o.Metrics, "window", "admit")
-	rs, errs := c.admitEach(ctx, reqs)
-	done()
-	now := c.o.Now()
-	for i, it := range who {
-		if err := errs[i]; err != nil {
-			if !errors.Is(err, gate.ErrInvalidRequest) {
-				if d, ok := gate.FailOpen(it.plan, now); ok {
-					countFailure(c.o.Metrics, "window", "admit")
-					it.d, it.decided = d, true
-					continue
-				}
-			}
-			it.fail(c.failed("window", "admit", err))
-			continue
-		}
-		it.res = rs[i]
-		it.counted = it.res.Admitted && !it.res.Duplicate && !it.req.DryRun
-	}
-}
-
-// admitEach is admit with an error for each request: the call's, or, when
-// the store refuses the call as invalid, each request's own, the call
-// split in halves down to the requests it refuses (bisect), so that one
-// request the store cannot take does not fail its batch.
-func (c *Checker) admitEach(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.AdmitResult, []error) {
-	rs := make([]gate.AdmitResult, len(reqs))
-	errs := make([]error, len(reqs))
-	at := make([]int, len(reqs))
-	for i := range at {
-		at[i] = i
-	}
-	// bisect's parts are runs of at: part holds reqs[part[0]:][:len(part)].
-	bisect(at, func(part []int) error {
-		got, err := admit(ctx, c.o.Store, reqs[part[0]:][:len(part)])
-		switch {
-		case errors.Is(err, gate.ErrInvalidRequest):
-			return err
-		case err != nil:
-			for _, i := range part {
-				errs[i] = err
-			}
-		default:
-			copy(rs[part[0]:], got)
-		}
-		return nil
-	}, func(i int, err error) { errs[i] = err })
-	return rs, errs
-}
-
-// failed counts a failed call and returns its error, wrapping
-// gate.ErrUnavailable and ErrCheckStore; a store's permanent refusal (an
-// id it cannot hold) is an *gate.InvalidError instead: asked again, the
-// check fails again.
-func (c *Checker) failed(store, op string, err error) error {
-	countFailure(c.o.Metrics, store, op)
-	if refusedForGood(err) {
-		return refusedBy(store, err)
-	}
-	if !errors.Is(err, gate.ErrUnavailable) {
-		err = fmt.Errorf("%w: %w", gate.ErrUnavailable, err)
-	}
-	return fmt.Errorf("%s %s: %w: %w", store, op, ErrCheckStore, err)
-}
-
-// refusedForGood reports whether a store refused a call for good: data it
-// cannot hold (gate.ErrPermanent) or a request no store can decide
-// (gate.ErrInvalidRequest). Asked again, it refuses again.
-func refusedForGood(err error) bool {
-	return errors.Is(err, gate.ErrPermanent) || errors.Is(err, gate.ErrInvalidRequest)
-}
-
-// forget takes a check's admission back out of its windows.
-func (c *Checker) forget(ctx context.Context, reqs []gate.AdmitRequest) {
-	forget(ctx, c.o.Store, c.o.Metrics, c.o.Log, reqs, "a check's admission taken back stays counted in its windows")
 }
 
 // count counts an answered check by decision, or a failed one as "error"

@@ -293,7 +293,7 @@ func TestCheckWithoutWindow(t *testing.T) {
 
 func TestCheckQueuedBehindHeld(t *testing.T) {
 	f := newCheckFixture(t)
-	f.c.o.Holds = waitingBox{queues: map[gate.Queue]bool{{Recipient: "open_id:u", Name: "d"}: true}}
+	f.c.core.holds = waitingBox{queues: map[gate.Queue]bool{{Recipient: "open_id:u", Name: "d"}: true}}
 	a := f.check(t, checkBody("c", "d", ""))
 	if a.Decision != gate.OutcomeDefer || a.Reason != gate.ReasonQueued || a.Admitted {
 		t.Errorf("got %+v, want defer, queued", a)
@@ -471,7 +471,7 @@ func (b checkPrefs) Preferences(_ context.Context, recipients []string) (map[str
 
 func TestCheckHonoursPreferences(t *testing.T) {
 	f := newCheckFixture(t)
-	f.c.o.Preferences = checkPrefs{prefs: map[string]gate.Preferences{"open_id:u": {Recipient: "open_id:u", MutedScenes: []string{"s"}}}}
+	f.c.core.prefs = checkPrefs{prefs: map[string]gate.Preferences{"open_id:u": {Recipient: "open_id:u", MutedScenes: []string{"s"}}}}
 	a := f.check(t, checkBody("c1", "s", ""))
 	if a.Decision != gate.OutcomeSuppress || a.Admitted || a.Reason != gate.ReasonPreference || a.Limit == nil || a.Limit.Scope != gate.ScopePreference {
 		t.Errorf("muted scene: got %+v, want suppress by preference", a)
@@ -483,7 +483,7 @@ func TestCheckHonoursPreferences(t *testing.T) {
 		t.Errorf("bypass priority: got %+v, want forward", a)
 	}
 	// A lookup that fails is decided without preferences.
-	f.c.o.Preferences = checkPrefs{fail: fmt.Errorf("pg: %w", gate.ErrUnavailable)}
+	f.c.core.prefs = checkPrefs{fail: fmt.Errorf("pg: %w", gate.ErrUnavailable)}
 	if a := f.check(t, checkBody("c3", "s", "")); a.Decision != gate.OutcomeForward {
 		t.Errorf("preferences down: got %+v, want forward", a)
 	}

@@ -33,7 +33,8 @@ type checkQueue struct {
 	draining bool
 }
 
-// checkItem is one check in the queue, then in a batch.
+// checkItem is one check in the queue, then in a batch, until it is
+// answered; in a batch, the core decides it as an item.
 type checkItem struct {
 	req gate.CheckRequest
 	// gone is closed when the caller has stopped waiting: a batch that has
@@ -46,16 +47,6 @@ type checkItem struct {
 	// twins are the later non-dry checks of the same id in the same batch:
 	// they get this check's answer, marked duplicate, and take no slot.
 	twins []*checkItem
-
-	// What the batch found: the plan, the decision, the window store's
-	// verdict, and whether the check recorded an admission (counted).
-	plan    gate.Plan
-	d       gate.Decision
-	res     gate.AdmitResult
-	decided bool // d is set: queued behind held messages, or failed open
-	counted bool
-	answer  gate.CheckAnswer
-	out     bool // answered already: an error at an earlier step
 }
 
 // resolve answers the check and its twins, once.
@@ -73,19 +64,14 @@ func (it *checkItem) resolve(a gate.CheckAnswer, err error) {
 	})
 }
 
-// fail answers the check with err and leaves it out of the batch's later
-// steps.
-func (it *checkItem) fail(err error) {
-	it.out = true
-	it.resolve(gate.CheckAnswer{}, err)
-}
-
-// admission is the admission the check recorded in the windows, if any.
-func (it *checkItem) admission() []gate.AdmitRequest {
-	if !it.counted {
-		return nil
+// answered reports whether the check has its answer.
+func (it *checkItem) answered() bool {
+	select {
+	case <-it.done:
+		return true
+	default:
+		return false
 	}
-	return []gate.AdmitRequest{*it.plan.Request}
 }
 
 // enqueue queues req for a batch, starting the drain goroutine unless one
@@ -103,8 +89,8 @@ func (c *Checker) enqueue(ctx context.Context, req gate.CheckRequest) *checkItem
 	return it
 }
 
-// wait waits for it's answer, or for ctx to end first.
-func (c *Checker) wait(ctx context.Context, it *checkItem) (gate.CheckAnswer, error) {
+// await waits for it's answer, or for ctx to end first.
+func (c *Checker) await(ctx context.Context, it *checkItem) (gate.CheckAnswer, error) {
 	select {
 	case <-it.done:
 		return it.a, it.err
@@ -137,11 +123,11 @@ func (c *Checker) drain() {
 	}
 }
 
-// decideBatch decides a batch of checks as Check decides one, with one call
-// to each store: one preferences lookup, one look at the hold queues, one
-// Admit (dry runs in it with DryRun set), one Commit of the non-dry checks'
-// records and one save of their answers. A panic (a bug) fails the batch's
-// checks, not the gate.
+// decideBatch decides a batch of checks through the core, as Check decides
+// one, with one call to each store: one preferences lookup, one look at
+// the hold queues, one Admit (dry runs in it with DryRun set), one Commit
+// of the non-dry checks' records and one save of their answers. A panic (a
+// bug) fails the batch's checks, not the gate.
 func (c *Checker) decideBatch(batch []*checkItem) {
 	ctx, cancel := context.WithTimeout(context.Background(), checkBatchTimeout)
 	defer cancel()
@@ -153,36 +139,40 @@ func (c *Checker) decideBatch(batch []*checkItem) {
 			}
 		}
 	}()
-	items := c.answeredAll(ctx, leaders(batch))
+	left := c.storedAnswers(ctx, leaders(batch))
 	rules := c.o.Rules.Current()
-	now := c.o.Now()
-	prefs := c.preferences(ctx, items)
-	for _, it := range items {
-		var pr *gate.Preferences
-		if p, ok := prefs[it.req.Message.Recipient()]; ok {
-			pr = &p
-		}
-		it.plan = gate.PlanWithPreferences(rules, it.req.Message, pr, now)
+	items := make([]item, len(left))
+	for i, ck := range left {
+		items[i] = item{key: ck.req.Message.ID, msg: ck.req.Message, dryRun: ck.req.DryRun}
 	}
-	c.queued(ctx, items, now)
-	c.admitAll(ctx, items)
-	var real []*checkItem
-	for _, it := range items {
-		if it.out {
-			continue
+	c.core.decide(ctx, checks, rules, items, nil)
+	answers := make([]gate.CheckAnswer, len(items))
+	for i := range items {
+		if it := &items[i]; it.state == decided {
+			answers[i] = gate.AnswerOf(it.dec, it.res, rules.Version)
+			if it.dryRun {
+				answers[i].DryRun = true
+				left[i].resolve(answers[i], nil)
+			}
 		}
-		if !it.decided {
-			it.d = gate.Resolve(rules, it.plan, it.res, now)
-		}
-		it.answer = gate.AnswerOf(it.d, it.res, rules.Version)
-		if it.req.DryRun {
-			it.answer.DryRun = true
-			it.resolve(it.answer, nil)
-			continue
-		}
-		real = append(real, it)
 	}
-	c.save(ctx, c.commit(ctx, real, rules.Version))
+	c.core.commit(ctx, checks, rules, items)
+	var claimed []int
+	for i := range items {
+		switch it := &items[i]; it.state {
+		case committed:
+			claimed = append(claimed, i)
+		case conflict:
+			var taken []gate.AdmitRequest
+			if it.slot == counted {
+				taken = append(taken, *it.plan.Request)
+			}
+			go c.answerFirst(left[i], 0, taken)
+		case failed:
+			left[i].resolve(gate.CheckAnswer{}, it.err)
+		}
+	}
+	c.save(ctx, left, answers, claimed)
 }
 
 // leaders is the batch without the checks whose callers are gone, and with
@@ -209,12 +199,12 @@ func leaders(batch []*checkItem) []*checkItem {
 	return items
 }
 
-// answeredAll looks the batch's ids up among the stored answers and in the
+// storedAnswers looks the batch's ids up among the stored answers and in the
 // ledger, in one call, when the store can (gate.CheckAnswersBatch; Check
-// looked each up itself otherwise), as answered does for one: a check of an
+// looked each up itself otherwise), as storedAnswer does for one: a check of an
 // id decided before gets that decision back. An id the store refuses for
 // good fails its check alone. It returns the checks left to decide.
-func (c *Checker) answeredAll(ctx context.Context, items []*checkItem) []*checkItem {
+func (c *Checker) storedAnswers(ctx context.Context, items []*checkItem) []*checkItem {
 	b, ok := c.o.Answers.(gate.CheckAnswersBatch)
 	if !ok || len(items) == 0 {
 		return items
@@ -225,34 +215,32 @@ func (c *Checker) answeredAll(ctx context.Context, items []*checkItem) []*checkI
 		for i, it := range part {
 			ids[i] = it.req.Message.ID
 		}
-		done := startTimer(c.o.Metrics, "audit", "check_answer")
 		m, err := b.Answers(ctx, ids)
-		done()
 		switch {
 		case refusedForGood(err):
 			return err
 		case err != nil:
-			err = c.failed("audit", "check_answer", err)
+			err = checks.unavailable("audit", "check_answer", err)
 			for _, it := range part {
-				it.fail(err)
+				it.resolve(gate.CheckAnswer{}, err)
 			}
 		}
 		maps.Copy(found, m)
 		return nil
-	}, func(it *checkItem, err error) { it.fail(c.failed("audit", "check_answer", err)) })
+	}, func(it *checkItem, err error) {
+		it.resolve(gate.CheckAnswer{}, checks.unavailable("audit", "check_answer", err))
+	})
 	left := items[:0]
 	for _, it := range items {
 		sa := found[it.req.Message.ID]
 		switch {
-		case it.out:
+		case it.answered():
 		case sa.Found:
-			it.out = true
 			it.resolve(sa.Answer.AsDuplicate(), nil)
 		case sa.Prior.Outcome != "":
 			// A check that claimed the id a moment ago stores its answer
 			// right after: waited for, on its own.
-			it.out = true
-			go c.settle(it, 1)
+			go c.answerFirst(it, 1, nil)
 		default:
 			left = append(left, it)
 		}
@@ -260,69 +248,18 @@ func (c *Checker) answeredAll(ctx context.Context, items []*checkItem) []*checkI
 	return left
 }
 
-// commit records the non-dry checks in the ledger, in one Commit unless the
-// store refuses a record for good (then split, to refuse that check alone),
-// and returns the checks that claimed their ids. A failed commit fails its
-// checks and takes their admissions back: not durable, so not an answer. A
-// check whose id the ledger knows already gets the first claim's answer,
-// looked up (and waited for) on its own (settle), not to hold the batch up.
-func (c *Checker) commit(ctx context.Context, real []*checkItem, version string) (claimed []*checkItem) {
-	bisect(real, func(part []*checkItem) error {
-		recs := make([]gate.Record, len(part))
-		for i, it := range part {
-			recs[i] = gate.CheckRecord(it.req.Message, it.d, version)
-		}
-		done := startTimer(c.o.Metrics, "audit", "commit")
-		known, err := c.o.Audit.Commit(ctx, recs)
-		done()
-		switch {
-		case refusedForGood(err):
-			return err
-		case err != nil:
-			c.failAll(ctx, part, c.failed("audit", "commit", err))
-			return nil
-		}
-		isKnown := make(map[string]bool, len(known))
-		for _, k := range known {
-			isKnown[k] = true
-		}
-		for _, it := range part {
-			if isKnown[it.req.Message.ID] {
-				go c.settle(it, 0)
-			} else {
-				claimed = append(claimed, it)
-			}
-		}
-		return nil
-	}, func(it *checkItem, err error) {
-		c.failAll(ctx, []*checkItem{it}, c.failed("audit", "commit", err))
-	})
-	return claimed
-}
-
-// failAll fails items with err, taking the admissions they recorded back.
-func (c *Checker) failAll(ctx context.Context, items []*checkItem, err error) {
-	var reqs []gate.AdmitRequest
-	for _, it := range items {
-		reqs = append(reqs, it.admission()...)
-	}
-	c.forget(ctx, reqs)
-	for _, it := range items {
-		it.fail(err)
-	}
-}
-
-// settle answers a check whose id was claimed first by another check (or a
+// answerFirst answers a check whose id was claimed first by another check (or a
 // message): with the first claim's answer. A window counts an id once,
 // whichever ask recorded it: when the first was admitted, the slot this
-// check recorded is its slot too, and stays; otherwise it is taken back.
-// tried is as first's: 1 when the caller has just looked the answer up.
-func (c *Checker) settle(it *checkItem, tried int) {
+// check recorded (taken) is its slot too, and stays; otherwise it is taken
+// back (see sharesSlot). tried is as first's: 1 when the caller has just
+// looked the answer up.
+func (c *Checker) answerFirst(it *checkItem, tried int, taken []gate.AdmitRequest) {
 	ctx, cancel := context.WithTimeout(context.Background(), checkBatchTimeout)
 	defer cancel()
 	first, err := c.first(ctx, it.req.Message.ID, tried)
 	if err != nil || !first.Admitted {
-		c.forget(ctx, it.admission())
+		c.core.forget(ctx, taken, "a check's admission taken back stays counted in its windows")
 	}
 	it.resolve(first, err)
 }
@@ -331,29 +268,26 @@ func (c *Checker) settle(it *checkItem, tried int) {
 // when the store can (gate.CheckAnswersBatch), then answers them. A failure
 // to store leaves the ledger's outcome, which a second ask answers with
 // (PriorAnswer): the decisions stand either way.
-func (c *Checker) save(ctx context.Context, claimed []*checkItem) {
+func (c *Checker) save(ctx context.Context, left []*checkItem, answers []gate.CheckAnswer, claimed []int) {
 	if len(claimed) == 0 {
 		return
 	}
-	answers := make(map[string]gate.CheckAnswer, len(claimed))
-	for _, it := range claimed {
-		answers[it.req.Message.ID] = it.answer
+	byID := make(map[string]gate.CheckAnswer, len(claimed))
+	for _, i := range claimed {
+		byID[left[i].req.Message.ID] = answers[i]
 	}
-	done := startTimer(c.o.Metrics, "audit", "save_check")
 	var err error
 	if s, ok := c.o.Answers.(gate.CheckAnswersBatch); ok {
-		err = s.SaveAll(ctx, answers)
+		err = s.SaveAll(ctx, byID)
 	} else {
-		for id, a := range answers {
+		for id, a := range byID {
 			err = errors.Join(err, c.o.Answers.Save(ctx, id, a))
 		}
 	}
-	done()
 	if err != nil {
-		countFailure(c.o.Metrics, "audit", "save_check")
-		c.o.Log.Warn("storing checks' answers failed; a second ask of their ids gets the ledger's outcome", "checks", len(answers), "err", err)
+		c.o.Log.Warn("storing checks' answers failed; a second ask of their ids gets the ledger's outcome", "checks", len(byID), "err", err)
 	}
-	for _, it := range claimed {
-		it.resolve(it.answer, nil)
+	for _, i := range claimed {
+		left[i].resolve(answers[i], nil)
 	}
 }

@@ -154,7 +154,7 @@ func (c *Checker) pending() int {
 func TestCheckBatchCallerGone(t *testing.T) {
 	f := newCheckFixture(t)
 	held := &heldSlots{slots: f.store, entered: make(chan struct{}), release: make(chan struct{})}
-	f.c.o.Store = held
+	f.c.core.store = held
 	type result struct {
 		a   gate.CheckAnswer
 		err error

@@ -102,7 +102,7 @@ func wantVerdicts(t *testing.T, ids []string, errs []error, parked ...string) {
 func TestRefusedRecordParksAlone(t *testing.T) {
 	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	p, led, out, win, m := refusingPipeline(t, "c", "f")
-	wantVerdicts(t, ids, p.Handle(t.Context(), sequenced(ids...)), "c", "f")
+	wantVerdicts(t, ids, handle(p, t.Context(), sequenced(ids...)), "c", "f")
 
 	want := map[string]int{"a": 1, "b": 1, "d": 1, "e": 1, "g": 1, "h": 1, "seq:3": 1, "seq:6": 1}
 	if !maps.Equal(led.commits, want) {
@@ -140,7 +140,7 @@ func TestRefusedRecordParksAlone(t *testing.T) {
 	for i := range again {
 		again[i].NumDelivered = 2
 	}
-	wantVerdicts(t, []string{"a", "b", "c"}, p.Handle(t.Context(), again), "c")
+	wantVerdicts(t, []string{"a", "b", "c"}, handle(p, t.Context(), again), "c")
 	if n := led.commits["seq:3"]; n != 1 {
 		t.Errorf("seq:3 claimed %d times, want once", n)
 	}
@@ -151,7 +151,7 @@ func TestRefusedRecordParksAlone(t *testing.T) {
 func TestEveryRecordRefused(t *testing.T) {
 	ids := []string{"x", "y", "z"}
 	p, led, out, _, _ := refusingPipeline(t, ids...)
-	wantVerdicts(t, ids, p.Handle(t.Context(), sequenced(ids...)), ids...)
+	wantVerdicts(t, ids, handle(p, t.Context(), sequenced(ids...)), ids...)
 	if got := out.forwarded(); len(got) != 0 {
 		t.Errorf("forwarded %v, want none", got)
 	}
@@ -174,7 +174,7 @@ func TestRefusedAndTransientInOneBatch(t *testing.T) {
 		return nil
 	}
 	// a, b refused; then a refused, b committed; c, d failed together.
-	errs := p.Handle(t.Context(), sequenced(ids...))
+	errs := handle(p, t.Context(), sequenced(ids...))
 	wantVerdicts(t, ids[:2], errs[:2], "a")
 	for i, err := range errs[2:] {
 		if !errors.Is(err, gate.ErrUnavailable) {
@@ -186,7 +186,7 @@ func TestRefusedAndTransientInOneBatch(t *testing.T) {
 	for i := range retry {
 		retry[i].NumDelivered = 2
 	}
-	noErrors(t, p.Handle(t.Context(), retry))
+	noErrors(t, handle(p, t.Context(), retry))
 	if got, want := out.forwarded(), []string{"b", "c", "d"}; !slices.Equal(got, want) {
 		t.Errorf("forwarded %v, want %v", got, want)
 	}
@@ -204,7 +204,7 @@ func TestRefusedInvalidMessage(t *testing.T) {
 	bad := func(seq uint64, header string) gate.Delivery {
 		return gate.Delivery{Data: []byte(`{"id":"x","receive_id":"ou_1"}`), HeaderID: header, Seq: seq, NumDelivered: 1}
 	}
-	errs := p.Handle(t.Context(), []gate.Delivery{bad(7, "x"), bad(0, "x2"), bad(9, "bad\xff")})
+	errs := handle(p, t.Context(), []gate.Delivery{bad(7, "x"), bad(0, "x2"), bad(9, "bad\xff")})
 	for i, err := range errs {
 		if !gate.IsInvalid(err) || strings.Contains(gate.InvalidReason(err), "audit store") {
 			t.Errorf("delivery %d: got %v, want its own invalid error", i, err)
@@ -215,7 +215,7 @@ func TestRefusedInvalidMessage(t *testing.T) {
 	}
 
 	p, led, _, _, _ = refusingPipeline(t, "y")
-	errs = p.Handle(t.Context(), deliveries("y")) // no sequence
+	errs = handle(p, t.Context(), deliveries("y")) // no sequence
 	wantVerdicts(t, []string{"y"}, errs, "y")
 	if len(led.commits) != 0 {
 		t.Errorf("committed %v, want nothing", led.commits)
@@ -231,7 +231,7 @@ func TestRefusedLookup(t *testing.T) {
 	for i := range ds {
 		ds[i].NumDelivered = 2
 	}
-	wantVerdicts(t, []string{"lost", "bad", "new"}, p.Handle(t.Context(), ds), "bad")
+	wantVerdicts(t, []string{"lost", "bad", "new"}, handle(p, t.Context(), ds), "bad")
 	if got, want := out.forwarded(), []string{"lost", "new"}; !slices.Equal(got, want) {
 		t.Errorf("forwarded %v, want %v", got, want)
 	}
@@ -307,7 +307,7 @@ func TestRequestTheWindowRefuses(t *testing.T) {
 	}
 	ds := deliveries("a", "b", "c")
 	ds[1].Data = []byte(`{"id":"b","scene":"broken","receive_id":"ou_1"}`)
-	errs := p.Handle(t.Context(), ds)
+	errs := handle(p, t.Context(), ds)
 	if errs[0] != nil || errs[2] != nil {
 		t.Errorf("a, c: got %v, %v, want both decided", errs[0], errs[2])
 	}
@@ -346,7 +346,7 @@ func TestDecidedBeforeKeepsASharedSlot(t *testing.T) {
 	led.priors["checked"] = gate.Prior{Outcome: gate.OutcomeForward, At: now.Add(time.Second)}
 	led.priors["old"] = gate.Prior{Outcome: gate.OutcomeForward, At: now.Add(-2 * time.Hour)}
 	led.priors["refused"] = gate.Prior{Outcome: gate.OutcomeSuppress, At: now.Add(time.Second)}
-	noErrors(t, p.Handle(t.Context(), deliveries("checked", "old", "refused", "new")))
+	noErrors(t, handle(p, t.Context(), deliveries("checked", "old", "refused", "new")))
 	if got, want := win.forgotten(), []string{"old", "refused"}; !slices.Equal(got, want) {
 		t.Errorf("taken out of the window: %v, want %v (a forward decided after this admission shares its slot)", got, want)
 	}

@@ -1,11 +1,35 @@
-// Package pipeline decides batches of messages: parse, take one rules
-// snapshot, skip ids already decided, hold a message behind the held
-// messages of its queue, admit through the window store, forward, then make
-// the outcome durable in the audit log. It returns one error per message
-// and leaves acknowledgement to the transport. Its Releaser settles held
-// messages (on_exceed defer or digest, quiet hours) as they come due:
-// released, digested, or given their fallback, through the same window
-// store and forwarder.
+// Package pipeline decides messages. One decision core (core.go) serves
+// every front end: core.decide plans each message (rules, the recipient's
+// preferences, quiet hours), holds it behind the held messages of its
+// queue, admits it through the window store and resolves its outcome;
+// core.commit makes the outcomes durable in the ledger and audit log, parks
+// (or fails) what a store refuses for good, and takes admissions back when
+// the ledger held an id already. The front ends translate their input into
+// the core's items and its result into their answer:
+//
+//   - Pipeline (gate.in): parse, take one rules snapshot, look redelivered
+//     ids up in the ledger, decide, commit, then forward what was committed
+//     as a forward (and replay forwards the ledger holds), in the order the
+//     batches started. It returns one error per message and leaves
+//     acknowledgement to the transport.
+//   - Checker (POST /v1/check, gate.check): a batch of checks, decided as
+//     messages would be, dry or not, each answered alone.
+//   - Releaser: settles held messages (on_exceed defer or digest, quiet
+//     hours) as they come due: released, digested, or given their
+//     fallback, through the same window store and forwarder.
+//   - Refunder: takes a forwarded message out of its windows again.
+//
+// Read in flow order, the files are one message's path: state.go (the
+// per-message state), core.go, plan.go, wait.go, admit.go, resolve.go,
+// commit.go, forward.go; then the front ends pipeline.go, check.go and
+// checkbatch.go, release.go and settle.go, refund.go; ports.go wraps the
+// ports with metrics at wiring time, observe.go counts decisions and
+// recovers panics.
+//
+// The one place each rule is decided: a preference rule in plan
+// (gate.PlanWithPreferences), a hold behind a queue in wait (gate.Queued),
+// the fail-open rule in admit's failOpen (gate.FailOpen), every other
+// outcome in resolve (gate.Resolve).
 //
 // One message can neither crash nor stall it: a record the audit log
 // refuses for good (gate.ErrPermanent) is isolated from the rest of its
@@ -15,6 +39,51 @@
 // the scenes that have a rule. A panic in a round of releases rolls the
 // round back.
 //
-// It may import the standard library, internal/gate and internal/metrics;
-// it sees every dependency through a gate interface, never an adapter.
+// # Glossary
+//
+// Each word has one meaning in this package.
+//
+//   - item: one message or check on its way through the core.
+//   - key: an item's idempotency key: its id, "invalid:" and its
+//     Nats-Msg-Id, or "seq:" and its stream sequence.
+//   - plan: what deciding an item takes (gate.Plan): the window request,
+//     the queues it may join, whether quiet hours or a bypass apply.
+//   - toDecide: the state of an item this batch decides and has not yet.
+//   - decided: the state of an item whose decision this batch made, not
+//     yet durable.
+//   - committed: the state of an item whose decision is durable.
+//   - invalid: the state of an item that can never be decided; its message
+//     is recorded as invalid and parked.
+//   - park: send a message to the dead letter with an *gate.InvalidError,
+//     counted once as invalid.
+//   - twin: the state of a later delivery of a key in the same batch; the
+//     first one decides both.
+//   - prior: the state of an item decided before this batch; the outcome
+//     the ledger holds, which it keeps.
+//   - conflict: the state of an item whose commit found its key in the
+//     ledger already; it takes the first claim's outcome.
+//   - failed: the state of an item a store failed; its error is its
+//     verdict (a message is retried).
+//   - slot: what the window store recorded for an item: noSlot, duplicate
+//     (the id was there already) or counted.
+//   - forget: take admissions back out of their windows.
+//   - wait: hold an item behind the held messages of its queue.
+//   - busy: a queue a batch in flight holds messages in, unknown to the
+//     hold store until that batch commits.
+//   - fail open: forward unchecked, when the window store cannot answer,
+//     a message of a scene that says so.
+//   - refused: a store's refusal for good (gate.ErrPermanent,
+//     gate.ErrInvalidRequest): asked again, it refuses again.
+//   - unavailable: a store's transient failure (gate.ErrUnavailable): a
+//     retry may succeed.
+//   - replay: publish again the forward the ledger holds for a message
+//     that came back.
+//   - settle: the Releaser's deciding of held messages that came due.
+//   - first claim: the message or check whose commit put a key in the
+//     ledger; a check in conflict is answered with its answer
+//     (Checker.answerFirst).
+//
+// It may import the standard library, internal/gate, internal/metrics and
+// internal/ratelog; it sees every dependency through a gate interface,
+// never an adapter.
 package pipeline

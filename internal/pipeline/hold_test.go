@@ -161,7 +161,7 @@ func TestHeldBehindItsQueue(t *testing.T) {
 	e := newHoldEnv(t, true)
 	e.box.add(gate.Held{MessageID: "old", Kind: gate.HoldDefer, Queue: queueD, Scene: "d", Seq: 1, DueAt: noon.Add(time.Hour)})
 	e.seq = 1
-	noErrors(t, e.p.Handle(t.Context(), []gate.Delivery{e.msg("d", "d1", ""), e.msg("s", "s1", "")}))
+	noErrors(t, handle(e.p, t.Context(), []gate.Delivery{e.msg("d", "d1", ""), e.msg("s", "s1", "")}))
 	h := e.held(t, "d1", gate.HoldDefer, "d", gate.ReasonQueued)
 	if h.Seq != 2 || !h.HeldAt.Equal(noon) || !h.Expires.Equal(noon.Add(6*time.Hour)) || string(h.Payload) == "" {
 		t.Errorf("held %+v, want seq 2, held at %v for 6h, with its bytes", h, noon)
@@ -179,7 +179,7 @@ func TestHeldBehindItsQueue(t *testing.T) {
 		t.Errorf("d1 due at %v, want after the queue's last (%v)", due.DueAt, noon.Add(time.Hour))
 	}
 
-	noErrors(t, e.p.Handle(t.Context(), []gate.Delivery{e.msg("s", "s2", "")}))
+	noErrors(t, handle(e.p, t.Context(), []gate.Delivery{e.msg("s", "s2", "")}))
 	if len(e.box.waits) != 1 {
 		t.Errorf("a batch without holding scenes asked Waiting: %v", e.box.waits)
 	}
@@ -192,7 +192,7 @@ func TestQuietHoursActions(t *testing.T) {
 	e := newHoldEnv(t, true)
 	e.now = time.Date(2026, 11, 22, 23, 0, 0, 0, time.UTC)
 	end := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
-	noErrors(t, e.p.Handle(t.Context(), []gate.Delivery{
+	noErrors(t, handle(e.p, t.Context(), []gate.Delivery{
 		e.msg("q", "q1", ""), e.msg("qs", "qs1", ""), e.msg("qd", "qd1", ""), e.msg("q", "q2", gate.PriorityUrgent),
 	}))
 	h := e.held(t, "q1", gate.HoldDefer, "q", gate.ReasonQuietHours)
@@ -222,7 +222,7 @@ func TestQuietHoursActions(t *testing.T) {
 func TestBypassIsNeverHeld(t *testing.T) {
 	e := newHoldEnv(t, true)
 	e.box.add(gate.Held{MessageID: "old", Kind: gate.HoldDefer, Queue: queueD, Scene: "d", DueAt: noon})
-	noErrors(t, e.p.Handle(t.Context(), []gate.Delivery{e.msg("d", "u1", gate.PriorityUrgent)}))
+	noErrors(t, handle(e.p, t.Context(), []gate.Delivery{e.msg("d", "u1", gate.PriorityUrgent)}))
 	if len(e.box.waits) != 0 {
 		t.Errorf("Waiting asked for a bypass message: %v", e.box.waits)
 	}
@@ -231,7 +231,7 @@ func TestBypassIsNeverHeld(t *testing.T) {
 	}
 
 	e = newHoldEnv(t, true)
-	noErrors(t, e.p.Handle(t.Context(), []gate.Delivery{e.msg("d", "d1", ""), e.msg("d", "d2", ""), e.msg("d", "u2", gate.PriorityUrgent)}))
+	noErrors(t, handle(e.p, t.Context(), []gate.Delivery{e.msg("d", "d1", ""), e.msg("d", "d2", ""), e.msg("d", "u2", gate.PriorityUrgent)}))
 	e.held(t, "d2", gate.HoldDefer, "d", gate.ReasonLimit)
 	if got := e.out.forwarded(); !slices.Equal(got, []string{"d1", "u2"}) {
 		t.Errorf("forwarded %v, want [d1 u2]", got)
@@ -242,7 +242,7 @@ func TestBypassIsNeverHeld(t *testing.T) {
 // suppression.
 func TestShadowDeferForwards(t *testing.T) {
 	e := newHoldEnv(t, true)
-	noErrors(t, e.p.Handle(t.Context(), []gate.Delivery{e.msg("sh", "a", ""), e.msg("sh", "b", "")}))
+	noErrors(t, handle(e.p, t.Context(), []gate.Delivery{e.msg("sh", "a", ""), e.msg("sh", "b", "")}))
 	if got := e.out.forwarded(); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("forwarded %v, want [a b]", got)
 	}
@@ -261,7 +261,7 @@ func TestShadowDeferForwards(t *testing.T) {
 // is taken back.
 func TestOrderWithinBatch(t *testing.T) {
 	e := newHoldEnv(t, true)
-	noErrors(t, e.p.Handle(t.Context(), []gate.Delivery{
+	noErrors(t, handle(e.p, t.Context(), []gate.Delivery{
 		e.msg("g1", "a1", ""), e.msg("g1", "a2", ""), e.msg("g2", "b1", ""), e.msg("g2", "u", gate.PriorityUrgent),
 	}))
 	e.held(t, "a2", gate.HoldDigest, "digest:grp", gate.ReasonLimit)
@@ -297,7 +297,7 @@ func TestHeldInFlightIsNotOvertaken(t *testing.T) {
 		t.Errorf("Waiting was asked %v, want once, by the first batch: the second's queue was held in flight", e.box.waits)
 	}
 	// Once both are committed, the store knows the queue.
-	noErrors(t, e.p.Handle(ctx, []gate.Delivery{e.msg("d", "c1", "")}))
+	noErrors(t, handle(e.p, ctx, []gate.Delivery{e.msg("d", "c1", "")}))
 	e.held(t, "c1", gate.HoldDefer, "d", gate.ReasonQueued)
 	held, _ := e.box.state()
 	if got := held["d"]; !slices.Equal(got, []string{"a1", "b1", "c1"}) {
@@ -313,7 +313,7 @@ func TestHeldInFlightIsNotOvertaken(t *testing.T) {
 // Without a hold store, what would be held is suppressed.
 func TestWithoutHoldStoreSuppresses(t *testing.T) {
 	e := newHoldEnv(t, false)
-	noErrors(t, e.p.Handle(t.Context(), []gate.Delivery{e.msg("d", "d1", ""), e.msg("d", "d2", "")}))
+	noErrors(t, handle(e.p, t.Context(), []gate.Delivery{e.msg("d", "d1", ""), e.msg("d", "d2", "")}))
 	if r := e.record(t, "d2"); r.Outcome != gate.OutcomeSuppress || r.Hold != nil || r.Suppression == nil || r.Suppression.HeldAs != "" {
 		t.Errorf("d2: %+v, want a plain suppression", r)
 	}
@@ -324,7 +324,7 @@ func TestWithoutHoldStoreSuppresses(t *testing.T) {
 func TestWaitingFailureRetries(t *testing.T) {
 	e := newHoldEnv(t, true)
 	e.box.failWaiting = fmt.Errorf("fake: %w", gate.ErrUnavailable)
-	errs := e.p.Handle(t.Context(), []gate.Delivery{e.msg("d", "d1", ""), e.msg("s", "s1", "")})
+	errs := handle(e.p, t.Context(), []gate.Delivery{e.msg("d", "d1", ""), e.msg("s", "s1", "")})
 	for i, err := range errs {
 		if !errors.Is(err, gate.ErrUnavailable) {
 			t.Errorf("message %d: %v, want a transient error", i, err)
@@ -340,7 +340,7 @@ func TestWaitingFailureRetries(t *testing.T) {
 func TestWaitingRefusalIsNoQueue(t *testing.T) {
 	e := newHoldEnv(t, true)
 	e.box.failWaiting = fmt.Errorf("fake: %w", gate.ErrPermanent)
-	noErrors(t, e.p.Handle(t.Context(), []gate.Delivery{e.msg("d", "d1", ""), e.msg("d", "d2", "")}))
+	noErrors(t, handle(e.p, t.Context(), []gate.Delivery{e.msg("d", "d1", ""), e.msg("d", "d2", "")}))
 	if got := e.out.forwarded(); !slices.Equal(got, []string{"d1"}) {
 		t.Errorf("forwarded %v, want [d1]", got)
 	}

@@ -1,8 +1,6 @@
 package pipeline
 
 import (
-	"context"
-	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"time"
@@ -17,7 +15,7 @@ import (
 // cannot take) is recovered: a message's metrics are not worth the process.
 func (p *Pipeline) observe(rules *gate.RuleSet, it *item) {
 	m := p.o.Metrics
-	if m == nil || it.known() || it.twin >= 0 {
+	if m == nil {
 		return
 	}
 	defer func() {
@@ -27,7 +25,9 @@ func (p *Pipeline) observe(rules *gate.RuleSet, it *item) {
 	}()
 	scene := sceneLabel(rules, it.msg.Scene)
 	outcome, shadow := gate.OutcomeInvalid, "false"
-	if it.invalid == nil {
+	if it.state == invalid {
+		m.Invalid.WithLabelValues(scene).Inc()
+	} else {
 		outcome = it.dec.Outcome
 		if it.dec.Shadow {
 			shadow = "true"
@@ -35,8 +35,6 @@ func (p *Pipeline) observe(rules *gate.RuleSet, it *item) {
 		if it.dec.Unchecked {
 			m.Unchecked.WithLabelValues(scene).Inc()
 		}
-	} else {
-		m.Invalid.WithLabelValues(scene).Inc()
 	}
 	m.Decisions.WithLabelValues(scene, string(outcome), shadow).Inc()
 	m.DecisionLatency.Observe(time.Since(it.d.ReceivedAt).Seconds())
@@ -64,59 +62,11 @@ func (p *Pipeline) recovered(stage, id string, seq uint64, v any) {
 	recovered(p.o.Log, p.o.Metrics, stage, "recovered from a panic while handling a message", v, "id", id, "seq", seq)
 }
 
-// timer starts timing one call to a dependency; calling what it returns
-// records the call's duration.
-func (p *Pipeline) timer(store, op string) (done func()) { return startTimer(p.o.Metrics, store, op) }
-
-// failedCall counts a call to a dependency that failed, transiently or not.
-func (p *Pipeline) failedCall(store, op string) { countFailure(p.o.Metrics, store, op) }
-
-// admit asks store about reqs, in one call. An answer that does not hold
-// one result per request is a store failure like any other, retried: the
-// pipeline and the releaser read the results by index.
-func admit(ctx context.Context, store gate.WindowStore, reqs []gate.AdmitRequest) ([]gate.AdmitResult, error) {
-	res, err := store.Admit(ctx, reqs)
-	if err == nil && len(res) != len(reqs) {
-		err = fmt.Errorf("admit: %w: store answered %d of %d requests", gate.ErrUnavailable, len(res), len(reqs))
-	}
-	return res, err
-}
-
-// forget takes the admissions of reqs back out of their windows for the
-// pipeline and the releaser; a failure is counted and logged as what, since
-// a retry would not help. The ids then fill places in their windows until
-// they slide out, which holds back more, never less.
-func forget(ctx context.Context, store gate.WindowStore, m *metrics.Metrics, log *slog.Logger, reqs []gate.AdmitRequest, what string) {
-	if len(reqs) == 0 {
-		return
-	}
-	if err := store.Forget(ctx, reqs); err != nil {
-		countFailure(m, "window", "forget")
-		log.Warn(what, "ids", len(reqs), "err", err)
-	}
-}
-
 // recovered logs and counts a panic recovered at stage (a bug), with what
-// identifies the work it hit.
+// identifies the work it hit. Every recover() of the package ends here.
 func recovered(log *slog.Logger, m *metrics.Metrics, stage, msg string, v any, attrs ...any) {
 	log.Error(msg, append(append([]any{"stage", stage}, attrs...), "panic", v, "stack", string(debug.Stack()))...)
 	if m != nil {
 		m.Recovered.WithLabelValues(stage).Inc()
-	}
-}
-
-// startTimer is Pipeline.timer for any holder of m, which may be nil.
-func startTimer(m *metrics.Metrics, store, op string) (done func()) {
-	if m == nil {
-		return func() {}
-	}
-	start := time.Now()
-	return func() { m.StoreLatency.WithLabelValues(store, op).Observe(time.Since(start).Seconds()) }
-}
-
-// countFailure is Pipeline.failedCall for any holder of m, which may be nil.
-func countFailure(m *metrics.Metrics, store, op string) {
-	if m != nil {
-		m.StoreErrors.WithLabelValues(store, op).Inc()
 	}
 }

@@ -71,7 +71,7 @@ func TestSceneLabelsBounded(t *testing.T) {
 				`{"id":"bad%d","scene":"invented.%d"}`, i, i)})
 		}
 		ds = append(ds, deliveries(fmt.Sprintf("ruled%d", start))...)
-		for i, err := range p.Handle(t.Context(), ds) {
+		for i, err := range handle(p, t.Context(), ds) {
 			if err != nil && !gate.IsInvalid(err) {
 				t.Fatalf("message %d: %v", i, err)
 			}
@@ -115,7 +115,7 @@ func TestMetricsPanicRecovered(t *testing.T) {
 	// A collector with one label fewer than observe passes: every
 	// WithLabelValues panics, as one given a label value that is not UTF-8.
 	m.Decisions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "broken"}, []string{"scene", "outcome"})
-	noErrors(t, p.Handle(t.Context(), deliveries("m1", "m2")))
+	noErrors(t, handle(p, t.Context(), deliveries("m1", "m2")))
 	if got := out.forwarded(); !slices.Equal(got, []string{"m1", "m2"}) {
 		t.Errorf("forwarded %v, want [m1 m2]", got)
 	}
@@ -142,7 +142,7 @@ func TestParsePanicIsInvalid(t *testing.T) {
 	t.Cleanup(func() { parseDelivery = gate.ParseDelivery })
 	ds := deliveries("m1", "m2")
 	ds = slices.Insert(ds, 1, gate.Delivery{Data: []byte(`{"id":"boom","scene":"s","receive_id":"ou_1"}`), HeaderID: "boom", Seq: 42, NumDelivered: 1})
-	errs := p.Handle(t.Context(), ds)
+	errs := handle(p, t.Context(), ds)
 	if errs[0] != nil || errs[2] != nil || !gate.IsInvalid(errs[1]) {
 		t.Fatalf("verdicts %v, want nil, an invalid error, nil", errs)
 	}

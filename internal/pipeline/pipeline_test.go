@@ -216,6 +216,11 @@ func deliveries(ids ...string) []gate.Delivery {
 	return ds
 }
 
+// handle decides batch in one step: Start, then its finish.
+func handle(p *Pipeline, ctx context.Context, batch []gate.Delivery) []error {
+	return p.Start(ctx, batch)()
+}
+
 func noErrors(t *testing.T, errs []error) {
 	t.Helper()
 	for i, err := range errs {
@@ -290,7 +295,7 @@ func TestInvalidRetryCountsOnce(t *testing.T) {
 		{bad(1, "x"), bad(2, "x")},
 		{bad(3, "x"), bad(4, "")},
 	} {
-		for i, err := range p.Handle(ctx, batch) {
+		for i, err := range handle(p, ctx, batch) {
 			if !gate.IsInvalid(err) {
 				t.Fatalf("delivery %d: got %v, want an invalid error", i, err)
 			}
@@ -320,11 +325,11 @@ func TestRepublishedIDKeepsFirstOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	noErrors(t, p.Handle(ctx, deliveries("a")))
-	noErrors(t, p.Handle(ctx, deliveries("b"))) // suppressed: a fills the window
+	noErrors(t, handle(p, ctx, deliveries("a")))
+	noErrors(t, handle(p, ctx, deliveries("b"))) // suppressed: a fills the window
 	now = now.Add(2 * time.Hour)
-	noErrors(t, p.Handle(ctx, deliveries("b"))) // admitted by the window, known to the ledger
-	noErrors(t, p.Handle(ctx, deliveries("c"))) // the window has room: b was taken out
+	noErrors(t, handle(p, ctx, deliveries("b"))) // admitted by the window, known to the ledger
+	noErrors(t, handle(p, ctx, deliveries("c"))) // the window has room: b was taken out
 	if got, want := out.forwarded(), []string{"a", "c"}; !slices.Equal(got, want) {
 		t.Fatalf("forwarded %v, want %v", got, want)
 	}
@@ -354,7 +359,7 @@ func TestCommittedForwardIsPublishedAgain(t *testing.T) {
 	for i := range ds {
 		ds[i].NumDelivered = 2
 	}
-	noErrors(t, p.Handle(t.Context(), ds))
+	noErrors(t, handle(p, t.Context(), ds))
 	if got, want := out.forwarded(), []string{"lost", "old", "new"}; !slices.Equal(got, want) {
 		t.Fatalf("redelivered: forwarded %v, want %v", got, want)
 	}
@@ -364,7 +369,7 @@ func TestCommittedForwardIsPublishedAgain(t *testing.T) {
 
 	led.priors["recent"] = gate.Prior{Outcome: gate.OutcomeForward, At: now.Add(-time.Minute)}
 	led.priors["republished"] = gate.Prior{Outcome: gate.OutcomeForward, At: old}
-	noErrors(t, p.Handle(t.Context(), deliveries("recent", "republished")))
+	noErrors(t, handle(p, t.Context(), deliveries("recent", "republished")))
 	if got, want := out.forwarded(), []string{"lost", "old", "new", "recent"}; !slices.Equal(got, want) {
 		t.Fatalf("first deliveries: forwarded %v, want %v", got, want)
 	}
@@ -376,7 +381,7 @@ func TestCommittedForwardIsPublishedAgain(t *testing.T) {
 func TestHeadersDecideWithoutTheBody(t *testing.T) {
 	p, led, out := newPipeline(t)
 	d := gate.Delivery{Data: []byte("plain text, not JSON"), HeaderID: "h1", HeaderScene: "s", HeaderRecipient: "open_id:ou_1", NumDelivered: 1}
-	noErrors(t, p.Handle(t.Context(), []gate.Delivery{d}))
+	noErrors(t, handle(p, t.Context(), []gate.Delivery{d}))
 	if got := out.forwarded(); !slices.Equal(got, []string{"h1"}) {
 		t.Fatalf("forwarded %v, want [h1]", got)
 	}
@@ -398,7 +403,7 @@ func TestCallsAreTimed(t *testing.T) {
 	}
 	again := deliveries("b")
 	again[0].NumDelivered = 2
-	noErrors(t, p.Handle(t.Context(), append(deliveries("a"), again...)))
+	noErrors(t, handle(p, t.Context(), append(deliveries("a"), again...)))
 	for _, c := range [][2]string{{"window", "admit"}, {"audit", "decided"}, {"audit", "commit"}, {"nats", "forward"}} {
 		h := m.StoreLatency.WithLabelValues(c[0], c[1]).(prometheus.Histogram)
 		var d dto.Metric

@@ -41,7 +41,7 @@ func newPrefEnv(t *testing.T, prefs gate.Preferences) (*holdEnv, *prefBox) {
 	t.Helper()
 	e := newHoldEnv(t, true)
 	box := &prefBox{prefs: map[string]gate.Preferences{prefs.Recipient: prefs}}
-	e.p.o.Preferences = box
+	e.p.core.prefs = box
 	return e, box
 }
 
@@ -52,7 +52,7 @@ func newPrefEnv(t *testing.T, prefs gate.Preferences) (*holdEnv, *prefBox) {
 func TestPreferenceMute(t *testing.T) {
 	until := noon.Add(3 * time.Hour)
 	e, box := newPrefEnv(t, gate.Preferences{Recipient: "open_id:ou_1", MutedScenes: []string{"d", "sh"}, MutedUntil: until})
-	noErrors(t, e.p.Handle(t.Context(), []gate.Delivery{
+	noErrors(t, handle(e.p, t.Context(), []gate.Delivery{
 		e.msg("d", "d1", ""), e.msg("d", "d2", gate.PriorityUrgent), e.msg("sh", "sh1", ""), e.msg("s", "s1", ""),
 	}))
 	r := e.record(t, "d1")
@@ -74,7 +74,7 @@ func TestPreferenceMute(t *testing.T) {
 	}
 
 	e.now = until // the mute is over
-	noErrors(t, e.p.Handle(t.Context(), []gate.Delivery{e.msg("d", "d3", "")}))
+	noErrors(t, handle(e.p, t.Context(), []gate.Delivery{e.msg("d", "d3", "")}))
 	if got := e.out.forwarded(); !slices.Contains(got, "d3") {
 		t.Errorf("after muted_until: forwarded %v, want d3 too", got)
 	}
@@ -85,7 +85,7 @@ func TestPreferenceMute(t *testing.T) {
 // queue's later messages join them there.
 func TestPreferenceDigestOnly(t *testing.T) {
 	e, _ := newPrefEnv(t, gate.Preferences{Recipient: "open_id:ou_1", DigestScenes: []string{"s", "g1"}})
-	noErrors(t, e.p.Handle(t.Context(), []gate.Delivery{e.msg("s", "s1", ""), e.msg("s", "s2", ""), e.msg("g1", "g1", "")}))
+	noErrors(t, handle(e.p, t.Context(), []gate.Delivery{e.msg("s", "s1", ""), e.msg("s", "s2", ""), e.msg("g1", "g1", "")}))
 	for _, id := range []string{"s1", "s2"} {
 		if h := e.held(t, id, gate.HoldDigest, "digest:s", gate.ReasonPreference); !h.DueAt.Equal(noon.Add(time.Hour)) {
 			t.Errorf("%s due at %v, want %v", id, h.DueAt, noon.Add(time.Hour))
@@ -104,7 +104,7 @@ func TestPreferenceDigestOnly(t *testing.T) {
 func TestPreferenceLookupFailsOpen(t *testing.T) {
 	e, box := newPrefEnv(t, gate.Preferences{Recipient: "open_id:ou_1", MutedScenes: []string{gate.MuteAll}})
 	box.fail = errors.New("audit store down")
-	noErrors(t, e.p.Handle(t.Context(), []gate.Delivery{e.msg("s", "s1", "")}))
+	noErrors(t, handle(e.p, t.Context(), []gate.Delivery{e.msg("s", "s1", "")}))
 	if got := e.out.forwarded(); !slices.Equal(got, []string{"s1"}) {
 		t.Errorf("forwarded %v, want [s1]: preferences fail open", got)
 	}

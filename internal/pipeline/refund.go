@@ -4,47 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/internal/metrics"
 )
-
-// RefunderOptions are a Refunder's dependencies. Rules, Store, Ledger and
-// Log are required.
-type RefunderOptions struct {
-	Rules  gate.RuleSource
-	Store  gate.WindowStore
-	Ledger gate.Ledger
-	Log    gate.RefundLog
-	// Metrics counts refunds by result (gate_refunds_total); optional.
-	Metrics *metrics.Metrics
-	// Logger is optional.
-	Logger *slog.Logger
-	// Now stamps refunded_at; time.Now by default.
-	Now func() time.Time
-}
 
 // Refunder takes a forwarded message out of every window it counted in, on
 // its sender's word that delivery failed; see gate.Refunder.
 type Refunder struct{ o RefunderOptions }
 
 var _ gate.Refunder = (*Refunder)(nil)
-
-// NewRefunder checks the options and returns a Refunder.
-func NewRefunder(o RefunderOptions) (*Refunder, error) {
-	if o.Rules == nil || o.Store == nil || o.Ledger == nil || o.Log == nil {
-		return nil, errors.New("refunder: rules, store, ledger and refund log are required")
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	return &Refunder{o: o}, nil
-}
 
 // Refund refunds the message that body ({"id": "…"}) names, once: see
 // gate.Refunder.

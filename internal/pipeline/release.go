@@ -2,47 +2,12 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/internal/metrics"
+	"github.com/antifatigue/gate/internal/ratelog"
 )
-
-// Defaults of a Releaser.
-const (
-	DefaultReleaseInterval = 500 * time.Millisecond
-	DefaultReleaseQueues   = 100
-	DefaultReleasePerQueue = 100
-	DefaultReleaseTimeout  = 10 * time.Second
-)
-
-// ReleaserOptions are a Releaser's dependencies. Rules, Store, Holds and
-// Forwarder are required.
-type ReleaserOptions struct {
-	Rules     gate.RuleSource
-	Store     gate.WindowStore
-	Holds     gate.HoldStore
-	Forwarder gate.Forwarder
-	Metrics   *metrics.Metrics // optional
-	Log       *slog.Logger     // optional
-	// Interval is how often the hold store is asked for due messages;
-	// DefaultReleaseInterval when 0. A round that settled a full page goes
-	// on at once.
-	Interval time.Duration
-	// Queues and PerQueue bound one round: how many queues, and how many
-	// messages of each, it settles (DefaultReleaseQueues and
-	// DefaultReleasePerQueue when 0).
-	Queues, PerQueue int
-	// Timeout bounds one round; DefaultReleaseTimeout when 0. A round in
-	// hand when Run's context ends is finished within it, not cut short.
-	Timeout time.Duration
-	// Now is the clock of due times, expiries and quiet hours; time.Now by
-	// default.
-	Now func() time.Time
-}
 
 // Releaser settles held messages as they come due: it forwards deferred
 // messages their windows admit again, and digests, and applies fallbacks.
@@ -50,36 +15,9 @@ type ReleaserOptions struct {
 // time.
 type Releaser struct {
 	o ReleaserOptions
-	// failing is when the rounds started failing (zero while they succeed),
-	// and logged when it was last logged, so a store that is down is logged
-	// once a minute, not every round.
-	failing, logged time.Time
-}
-
-// NewReleaser checks the options and returns a releaser.
-func NewReleaser(o ReleaserOptions) (*Releaser, error) {
-	if o.Rules == nil || o.Store == nil || o.Holds == nil || o.Forwarder == nil {
-		return nil, errors.New("releaser: rules, store, holds and forwarder are required")
-	}
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
-	}
-	if o.Interval <= 0 {
-		o.Interval = DefaultReleaseInterval
-	}
-	if o.Queues <= 0 {
-		o.Queues = DefaultReleaseQueues
-	}
-	if o.PerQueue <= 0 {
-		o.PerQueue = DefaultReleasePerQueue
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = DefaultReleaseTimeout
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	return &Releaser{o: o}, nil
+	// failing is the run of failed rounds under way, if any: a store that
+	// is down is logged once a minute, not every round.
+	failing ratelog.Run
 }
 
 // Run settles due messages every Interval until ctx ends. A round that
@@ -109,28 +47,21 @@ func (r *Releaser) Round(ctx context.Context) (more bool, err error) {
 	var (
 		settled []gate.Settlement
 		full    bool
-		inner   error
 	)
-	done := startTimer(r.o.Metrics, "audit", "settle")
 	n, err := r.o.Holds.Settle(ctx, now, r.o.Queues, r.o.PerQueue, func(ctx context.Context, due [][]gate.Held) ([]gate.Settlement, error) {
 		full = len(due) >= r.o.Queues
 		for _, q := range due {
 			full = full || len(q) >= r.o.PerQueue
 		}
-		settled, inner = r.settle(ctx, rules, now, due)
-		return settled, inner
+		settled, err = r.settle(ctx, rules, now, due)
+		return settled, err
 	})
-	done()
 	if err != nil {
-		if inner == nil {
-			countFailure(r.o.Metrics, "audit", "settle")
-		}
 		r.failed(now, err)
 		return false, err
 	}
-	if !r.failing.IsZero() {
-		r.o.Log.Info("releasing held messages again", "failing_since", r.failing)
-		r.failing = time.Time{}
+	if since := r.failing.Ended(); !since.IsZero() {
+		r.o.Log.Info("releasing held messages again", "failing_since", since)
 	}
 	r.count(rules, settled)
 	return n > 0 && full, nil
@@ -139,13 +70,9 @@ func (r *Releaser) Round(ctx context.Context) (more bool, err error) {
 // failed logs a failed round: the first of a run of failures, then once a
 // minute.
 func (r *Releaser) failed(now time.Time, err error) {
-	if r.failing.IsZero() {
-		r.failing = now
-	} else if now.Sub(r.logged) < time.Minute {
-		return
+	if log, since := r.failing.Failed(now); log {
+		r.o.Log.Warn("releasing held messages failed; they stay held and are tried again", "failing_since", since, "err", err)
 	}
-	r.logged = now
-	r.o.Log.Warn("releasing held messages failed; they stay held and are tried again", "failing_since", r.failing, "err", err)
 }
 
 // count counts committed settlements.
@@ -200,5 +127,5 @@ func (r *Releaser) settle(ctx context.Context, rules *gate.RuleSet, now time.Tim
 
 // forget takes back admissions of messages that stay held.
 func (r *Releaser) forget(ctx context.Context, reqs []gate.AdmitRequest) {
-	forget(ctx, r.o.Store, r.o.Metrics, r.o.Log, reqs, "admissions of messages that stay held stay counted in their windows")
+	forget(ctx, r.o.Store, r.o.Log, reqs, "admissions of messages that stay held stay counted in their windows")
 }

@@ -176,11 +176,8 @@ func (rd *round) admit(ctx context.Context) error {
 	if len(rd.asks) == 0 {
 		return nil
 	}
-	done := startTimer(rd.r.o.Metrics, "window", "admit")
-	res, err := admit(ctx, rd.r.o.Store, rd.asks)
-	done()
+	res, err := rd.r.o.Store.Admit(ctx, rd.asks)
 	if err != nil {
-		countFailure(rd.r.o.Metrics, "window", "admit")
 		return fmt.Errorf("release: %w", err)
 	}
 	rd.results = res
@@ -328,11 +325,8 @@ func (rd *round) forward(ctx context.Context) error {
 	if len(rd.fs) == 0 {
 		return nil
 	}
-	done := startTimer(rd.r.o.Metrics, "nats", "forward")
 	errs := rd.r.o.Forwarder.Forward(ctx, rd.fs)
-	done()
 	if err := errors.Join(errs...); err != nil {
-		countFailure(rd.r.o.Metrics, "nats", "forward")
 		return fmt.Errorf("release: forward: %w", err)
 	}
 	return nil

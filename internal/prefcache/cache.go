@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/ratelog"
 )
 
 // Defaults of a Cache.
@@ -69,9 +70,8 @@ type Cache struct {
 	// what it read.
 	gen     uint64
 	dropped map[string]uint64
-	// failing is when polls began to fail (zero while they succeed);
-	// logged, when one was last logged.
-	failing, logged time.Time
+	// failing is the run of failed polls under way, if any.
+	failing ratelog.Run
 	// mirror, when not nil, is every recipient's preferences (see
 	// Options.Mirror); mirrorTried is when a read of them last found too
 	// many or failed.
@@ -123,18 +123,16 @@ func (c *Cache) Run(ctx context.Context) {
 // minute. The cache keeps serving what it has: a change missed meanwhile
 // is read by the first poll that succeeds, since the cursor stays.
 func (c *Cache) failed(err error) {
-	now := time.Now()
 	switch {
-	case err == nil && !c.failing.IsZero():
-		c.o.Log.Info("reading recipient preference changes again", "failing_since", c.failing)
-		c.failing = time.Time{}
-	case err == nil, errors.Is(err, context.Canceled):
-	case c.failing.IsZero() || now.Sub(c.logged) >= time.Minute:
-		if c.failing.IsZero() {
-			c.failing = now
+	case err == nil:
+		if since := c.failing.Ended(); !since.IsZero() {
+			c.o.Log.Info("reading recipient preference changes again", "failing_since", since)
 		}
-		c.logged = now
-		c.o.Log.Warn("reading recipient preference changes failed; cached preferences may be stale until it works again", "failing_since", c.failing, "err", err)
+	case errors.Is(err, context.Canceled):
+	default:
+		if log, since := c.failing.Failed(time.Now()); log {
+			c.o.Log.Warn("reading recipient preference changes failed; cached preferences may be stale until it works again", "failing_since", since, "err", err)
+		}
 	}
 }
 

@@ -9,5 +9,5 @@
 // store's changes every second, and reads the changed recipients again
 // (the mirror) or drops them (the LRU).
 //
-// It imports the standard library and internal/gate only.
+// It imports the standard library, internal/gate and internal/ratelog.
 package prefcache

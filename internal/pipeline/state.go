@@ -1,0 +1,114 @@
+package pipeline
+
+import (
+	"strconv"
+
+	"github.com/antifatigue/gate/internal/gate"
+)
+
+// state is where one message stands on its way through the core. Every
+// stage reads it to know whether the message is its to handle, and moves
+// it on; each word means one thing (see the glossary in doc.go).
+//
+//	parse:   toDecide | invalid | twin; the ledger lookup: -> prior
+//	wait:    toDecide -> decided (held behind its queue) | failed (a
+//	         check whose queue the store refused or could not look at)
+//	admit:   toDecide -> invalid (a message the store refused) | failed
+//	         (a check it refused, or a store down and no fail open) |
+//	         decided (failed open)
+//	resolve: toDecide -> decided
+//	commit:  decided | invalid -> committed (decided only) | invalid
+//	         (parked) | failed | prior (a message whose key the ledger
+//	         held) | conflict (such a check)
+//	forward: committed | prior -> failed (the publish failed)
+type state uint8
+
+const (
+	// toDecide: this batch decides it, and has not yet; plan (then res)
+	// hold what the stages found so far.
+	toDecide state = iota
+	// decided: dec holds this batch's decision, not yet durable.
+	decided
+	// committed: dec is durable in the ledger and the audit log.
+	committed
+	// invalid: it can never be decided; err holds its *gate.InvalidError.
+	// A message is recorded as invalid and parked (the dead letter).
+	invalid
+	// twin: an earlier message of the same batch has its key; that one
+	// decides both.
+	twin
+	// prior: decided before this batch; prior holds the ledger's outcome,
+	// which it keeps (err keeps an invalid message's verdict).
+	prior
+	// conflict: the commit found its key in the ledger already, claimed
+	// by another message or check; it takes the first claim's outcome.
+	conflict
+	// failed: err holds its verdict, a store failure; no later stage
+	// touches it (a message is retried, a check answers the error).
+	failed
+)
+
+// slot is what the window store recorded for a message in this batch.
+type slot uint8
+
+const (
+	noSlot    slot = iota // nothing: not asked, refused, a dry run, or taken back
+	duplicate             // admitted as an id the window holds already: counted nothing
+	counted               // admitted and counted: it fills a place in its windows
+)
+
+// kind is the front end a batch comes from. The core treats messages and
+// checks alike except where a stage says otherwise.
+type kind uint8
+
+const (
+	// messages come from gate.in: a message a store refuses for good is
+	// parked (invalid, recorded as such), one a store fails is retried.
+	messages kind = iota
+	// checks come from the check API: a check a store refuses for good
+	// fails alone with the store's reason, a dry run records nothing, and
+	// the window store reports the tightest limit.
+	checks
+)
+
+// item is one message (or check) on its way through the core.
+type item struct {
+	state state
+	slot  slot
+	// dryRun: a check that records nothing (not in the windows, not in
+	// the ledger).
+	dryRun bool
+	key    string // idempotency key
+	msg    gate.Message
+	d      gate.Delivery // zero for a check
+	twin   int           // with state twin, the index of the item deciding it
+	plan   gate.Plan
+	dec    gate.Decision
+	res    gate.AdmitResult
+	prior  gate.Prior // with state prior: what the ledger holds
+	err    error      // with state invalid or failed: its verdict
+}
+
+// fail moves it to failed with err.
+func (it *item) fail(err error) { it.state, it.err = failed, err }
+
+// decide moves it to decided with d.
+func (it *item) decide(d gate.Decision) { it.state, it.dec = decided, d }
+
+// park moves it to invalid with err, and drops what this batch decided.
+func (it *item) park(err *gate.InvalidError) {
+	it.state, it.err, it.dec = invalid, err, gate.Decision{}
+}
+
+// admission is the request it was admitted under, when the window store
+// recorded it (as a duplicate or not), for taking it back.
+func (it *item) admission() *gate.AdmitRequest {
+	if it.slot == noSlot {
+		return nil
+	}
+	return it.plan.Request
+}
+
+// seqKey is the idempotency key of a message known by its stream sequence
+// alone.
+func seqKey(seq uint64) string { return "seq:" + strconv.FormatUint(seq, 10) }
