@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/natsbus"
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 )
 
 // binDir holds the binaries built for this run; TestMain removes it.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 )
 
 // stack is one deployment under test: a nats-server process, a window store
