@@ -10,8 +10,8 @@ import (
 
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/gormstore"
-	"github.com/antifatigue/gate/internal/pgschema"
 	"github.com/antifatigue/gate/internal/redisstore"
+	"github.com/antifatigue/gate/internal/testing/pgschema"
 	"github.com/nats-io/nats.go/jetstream"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/antifatigue/gate/internal/pgschema"
+	"github.com/antifatigue/gate/internal/testing/pgschema"
 )
 
 // The check benchmark (gatebench -check; make bench-check) measures the

@@ -3,7 +3,7 @@ package main
 import (
 	"time"
 
-	"github.com/antifatigue/gate/internal/procstat"
+	"github.com/antifatigue/gate/internal/testing/procstat"
 )
 
 // cpuMeter reads the CPU time of the processes a phase involves, from /proc.

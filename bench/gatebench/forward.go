@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/internal/procstat"
+	"github.com/antifatigue/gate/internal/testing/procstat"
 )
 
 // The forward benchmark (gatebench -forward) measures what nats-server

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/internal/pgschema"
+	"github.com/antifatigue/gate/internal/testing/pgschema"
 	"github.com/jackc/pgx/v5"
 )
 

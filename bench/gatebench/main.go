@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/internal/procstat"
+	"github.com/antifatigue/gate/internal/testing/procstat"
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/antifatigue/gate/internal/natsbus"
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 	"github.com/nats-io/nats.go"
 )
 

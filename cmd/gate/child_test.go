@@ -3,15 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/antifatigue/gate/internal/testing/gateproc"
 )
 
 // childEnv, set in a child's environment, makes the test binary run
@@ -34,16 +32,12 @@ func TestMain(m *testing.M) {
 }
 
 // childGate is `gate serve` in a process of its own (the test binary run
-// again), on e's environment; kill ends it with SIGKILL, start runs it
-// again with the same settings. Its gateProc answers the API helpers.
+// again, through gateproc), on e's environment; kill ends it with SIGKILL,
+// start runs it again with the same settings. Its gateProc answers the API
+// helpers.
 type childGate struct {
 	*gateProc
-	logPath string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	runs int
+	proc *gateproc.Proc
 }
 
 // startChild runs a gate process with e's environment plus extra and waits
@@ -54,15 +48,9 @@ func (e *env) startChild(extra map[string]string) *childGate {
 	vars := e.settings(extra)
 	c := &childGate{
 		gateProc: &gateProc{t: t, base: "http://" + vars["GATE_HTTP_ADDR"], log: &lockedBuffer{}, env: e, vars: vars},
-		logPath:  filepath.Join(t.TempDir(), "gate.log"),
+		// Only what the gate needs: nothing of the test's own GATE_* settings.
+		proc: gateproc.New(t, "child gate", os.Args[0], nil, append(gateproc.Env(vars), childEnv+"=serve")),
 	}
-	t.Cleanup(func() {
-		c.kill()
-		if t.Failed() {
-			b, _ := os.ReadFile(c.logPath)
-			t.Logf("child gate log:\n%s", b)
-		}
-	})
 	c.start()
 	return c
 }
@@ -70,73 +58,11 @@ func (e *env) startChild(extra map[string]string) *childGate {
 // start runs the process (it must not be running) and waits until it is
 // ready.
 func (c *childGate) start() {
-	t := c.t
-	t.Helper()
-	c.mu.Lock()
-	if c.cmd != nil {
-		c.mu.Unlock()
-		t.Fatal("child gate started twice")
-	}
-	f, err := os.OpenFile(c.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		c.mu.Unlock()
-		t.Fatal(err)
-	}
-	c.runs++
-	fmt.Fprintf(f, "---- run %d at %s\n", c.runs, time.Now().Format(time.RFC3339Nano))
-	// Only what the gate needs: nothing of the test's own GATE_* settings.
-	env := []string{childEnv + "=serve", "PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TZ=UTC"}
-	for k, v := range c.vars {
-		env = append(env, k+"="+v)
-	}
-	cmd := exec.Command(os.Args[0])
-	cmd.Env, cmd.Stdout, cmd.Stderr = env, f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		c.mu.Unlock()
-		t.Fatalf("start child gate: %v", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		f.Close()
-		close(done)
-	}()
-	c.cmd, c.done = cmd, done
-	c.mu.Unlock()
-
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get(c.base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case <-done:
-			b, _ := os.ReadFile(c.logPath)
-			t.Fatalf("child gate exited before ready:\n%s", b)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("child gate not ready after 60s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	c.t.Helper()
+	c.proc.Start()
+	gateproc.WaitReady(c.t, c.proc, c.base, 60*time.Second)
 }
 
 // kill sends SIGKILL and waits for the process to be gone; it does nothing
 // when the process is not running.
-func (c *childGate) kill() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cmd == nil {
-		return
-	}
-	_ = c.cmd.Process.Kill()
-	<-c.done
-	c.cmd, c.done = nil, nil
-}
+func (c *childGate) kill() { c.proc.Kill() }

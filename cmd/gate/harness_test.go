@@ -18,7 +18,7 @@ import (
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/httpapi"
 	"github.com/antifatigue/gate/internal/natsbus"
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"

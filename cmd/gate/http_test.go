@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 	"github.com/nats-io/nats-server/v2/server"
 )
 

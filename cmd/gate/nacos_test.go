@@ -29,7 +29,7 @@ import (
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/natsbus"
 	"github.com/antifatigue/gate/internal/rules"
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 )
 
 // nacosServer is a real Nacos server reached through its v1 HTTP config

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 )
 
 // TestRulesPushPreviews: gate rules push prints the preview of the last

@@ -213,8 +213,8 @@ func TestHostileInput(t *testing.T) {
 	if got, want := rows[run+"-cjk-2"], "open_id:用户✓"+run; got != want {
 		t.Errorf("second message to a unicode recipient: suppression row recipient %q, want %q", got, want)
 	}
-	if !g.alive() || g.runs != 1 || g.logContains("panic") {
-		t.Fatalf("the gate did not survive hostile input (runs %d):\n%s", g.runs, tail(g.log, 30))
+	if !g.alive() || g.Runs() != 1 || g.LogContains("panic") {
+		t.Fatalf("the gate did not survive hostile input (runs %d):\n%s", g.Runs(), g.Tail(30))
 	}
 	// Still ready, and the scenes it was sent did not break the metrics.
 	for _, path := range []string{"/readyz", "/metrics"} {
@@ -236,7 +236,7 @@ func TestHugeMessagesKeepMemoryBounded(t *testing.T) {
 	s := newStack(t, stackOptions{RedisURL: rs.url(), Rules: badModel, Env: map[string]string{"GATE_BATCH": strconv.Itoa(batch)}})
 	s.memoryStreams()
 	g := s.startGate(nil)
-	g.stop(10 * time.Second)
+	g.Stop(10 * time.Second)
 	run := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	msgs := make([]message, n)
 	filler := strings.Repeat("h", size)

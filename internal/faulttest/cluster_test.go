@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -44,10 +44,10 @@ func TestGatesOnRedisCluster(t *testing.T) {
 // the store errors and timed-out retries it saw.
 func (g *gateProc) clusterRetriesOnlyTimeouts() {
 	g.t.Helper()
-	if g.logContains("CROSSSLOT") {
-		g.t.Errorf("%s met CROSSSLOT:\n%s", g.name, tail(g.log, 20))
+	if g.LogContains("CROSSSLOT") {
+		g.t.Errorf("%s met CROSSSLOT:\n%s", g.name, g.Tail(20))
 	}
-	retried := g.logLines(`msg="message not decided, will retry"`)
+	retried := g.LogLines(`msg="message not decided, will retry"`)
 	for _, line := range retried {
 		if !strings.Contains(line, "context deadline exceeded") {
 			g.t.Errorf("%s: a message was retried for something other than a timeout:\n%s", g.name, line)

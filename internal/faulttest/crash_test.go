@@ -69,7 +69,7 @@ func (s *stack) publishAsync(msgs []message) (done <-chan struct{}, wait func() 
 func (s *stack) killAndRestart(g *gateProc, at int64, watch *gateProc, published <-chan struct{}, rng *rand.Rand, tm *timing, label string) (recovery func()) {
 	s.t.Helper()
 	waitUntil(s.t, 3*time.Minute, fmt.Sprintf("%d messages decided before %s", at, label), func() bool { return watch.received() >= at })
-	g.kill()
+	g.Kill()
 	recovered := s.watchRecovery(label)
 	time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
 	t0 := time.Now()

@@ -21,5 +21,7 @@
 //
 // The package holds only tests. They import the gate's domain and adapter
 // packages for types and names (internal/gate, internal/natsbus,
-// internal/httpapi), internal/testenv, nats.go, go-redis, pgx and toxiproxy.
+// internal/httpapi), internal/testing/testenv, internal/testing/gateproc
+// (which builds and runs the processes), nats.go, go-redis, pgx and
+// toxiproxy.
 package faulttest

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/natsbus"
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -101,7 +101,7 @@ func TestRedisClusterMasterKilled(t *testing.T) {
 		return sum("gate_decisions_total") >= float64(len(msgs)/4)
 	})
 	errsBefore, decidedBefore := sum("gate_store_errors_total", `store="window"`), sum("gate_decisions_total")
-	c.proc(master).kill()
+	c.proc(master).Kill()
 	tKill := time.Now()
 	tm.add("kill -9 of master "+master+": replica promoted by the cluster in",
 		waitUntil(t, 2*time.Minute, replica+" promoted by the cluster", func() bool { return c.promoted(replica) }))
@@ -124,7 +124,7 @@ func TestRedisClusterMasterKilled(t *testing.T) {
 	tm.add("published and drained in", time.Since(t0))
 	for _, g := range gates {
 		if !g.alive() {
-			t.Fatalf("%s did not survive the loss of a master:\n%s", g.name, tail(g.log, 40))
+			t.Fatalf("%s did not survive the loss of a master:\n%s", g.name, g.Tail(40))
 		}
 		g.waitReady(time.Minute)
 		t.Logf("%s: messages retried, by cause: %v", g.name, retryCauses(g))
@@ -148,7 +148,7 @@ func TestRedisClusterMasterKilled(t *testing.T) {
 		len(lost), len(recipients(msgs)), r.OverLimit, decidedMeanwhile)
 
 	// The killed node comes back as a replica of the one that replaced it.
-	c.proc(master).start()
+	c.proc(master).Start()
 	c.awaitAgreed(t, "after the killed master rejoined")
 	if got := c.masterOf(t, master); got != replica {
 		t.Errorf("the restarted node replicates %s, want %s, promoted in its place", got, replica)
@@ -160,7 +160,7 @@ func TestRedisClusterMasterKilled(t *testing.T) {
 // error it logged, ids and addresses left in.
 func retryCauses(g *gateProc) map[string]int {
 	out := map[string]int{}
-	for _, line := range g.logLines(`msg="message not decided, will retry"`) {
+	for _, line := range g.LogLines(`msg="message not decided, will retry"`) {
 		_, cause, _ := strings.Cut(line, " err=")
 		out[cause]++
 	}
@@ -188,7 +188,7 @@ func startRedisCluster(t *testing.T) *redisCluster {
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000", "--repl-diskless-sync-delay", "0",
 			"--daemonize", "no", "--protected-mode", "no",
 		}, baseEnv())
-		p.start()
+		p.Start()
 		c.addrs = append(c.addrs, addr)
 		c.procs = append(c.procs, p)
 	}

@@ -79,7 +79,7 @@ func TestHoldKilledMidStream(t *testing.T) {
 	var tm timing
 	restart := func(label string) {
 		t.Helper()
-		g.kill()
+		g.Kill()
 		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
 		tm.add(label+": ready in", g.start())
 	}
@@ -133,7 +133,7 @@ func TestHoldKilledMidStream(t *testing.T) {
 		s.waitHeld(g, time.Minute, fmt.Sprintf("%d released", at), func() bool { return g.holdSummary().Released >= at || nothingHeld() })
 		switch {
 		case i == redisAt:
-			rs.kill()
+			rs.Kill()
 			time.Sleep(500 * time.Millisecond)
 			rs.start()
 			tm = append(tm, fmt.Sprintf("redis restarted at %d released", at))

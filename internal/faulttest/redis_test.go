@@ -200,7 +200,7 @@ func TestRedisCutHangAndRestart(t *testing.T) {
 	tm.add("hang: drained after the hang ended in", s.awaitDrained(2*time.Minute))
 
 	// Crash: SIGKILL redis-server, then start it again on its AOF.
-	rs.kill()
+	rs.Kill()
 	o = outage{s: s, g: g}
 	send(waves[3])
 	held = uint64(count(waves[3], "f.hold"))
@@ -340,7 +340,7 @@ func TestMaxDeliverParksExhausted(t *testing.T) {
 	s := newStack(t, stackOptions{RedisURL: rs.url(), Rules: redisModel,
 		Env: map[string]string{"GATE_MAX_DELIVER": "3", "GATE_RETRY_MAX": "500ms"}})
 	g := s.startGate(nil)
-	rs.kill()
+	rs.Kill()
 	sc := scaleFor(t, 500, 50, 0)
 	msgs := workload(sc.rng(), sc.Messages, sc.Recipients, []string{"f.hold", "f.unknown"}, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

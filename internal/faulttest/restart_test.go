@@ -42,7 +42,7 @@ func (s *stack) outagesMidStream(g *gateProc, msgs []message, rng *rand.Rand, ti
 			o.holds(n, dep.pause/2)
 		}
 		if !g.alive() {
-			s.t.Fatalf("the gate died while %s was down:\n%s", dep.name, tail(g.log, 30))
+			s.t.Fatalf("the gate died while %s was down:\n%s", dep.name, g.Tail(30))
 		}
 		base := g.received()
 		t0 := time.Now()
@@ -77,6 +77,6 @@ func TestPostgresCrashMidStream(t *testing.T) {
 func TestNATSServerKilledMidStream(t *testing.T) {
 	s, msgs, sc, rng := standardRun(t, 6000, 600, 2, stackOptions{})
 	g := s.startGate(nil)
-	tm := s.outagesMidStream(g, msgs, rng, sc.Kills, dependency{name: "nats", down: s.nats.kill, up: s.nats.start, pause: 2 * time.Second})
+	tm := s.outagesMidStream(g, msgs, rng, sc.Kills, dependency{name: "nats", down: s.nats.Kill, up: s.nats.start, pause: 2 * time.Second})
 	report(t, "nats-server kill -9", s.check(msgs, standardModel, g), tm)
 }

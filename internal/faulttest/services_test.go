@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/gateproc"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -34,7 +35,7 @@ type natsServer struct {
 
 func startNATS(t testing.TB) *natsServer {
 	t.Helper()
-	bin := filepath.Join(binaries(t), "nats-server")
+	bin := gateproc.Build(t, "nats-server", natsServerPackage)
 	port := strconv.Itoa(testenv.FreePort(t))
 	n := &natsServer{addr: "127.0.0.1:" + port, proc: newProc(t, "nats-server", bin,
 		[]string{"-a", "127.0.0.1", "-p", port, "-js", "-sd", t.TempDir(), "-n", "fault-nats"}, baseEnv())}
@@ -47,7 +48,7 @@ func (n *natsServer) url() string { return "nats://" + n.addr }
 // start runs the server and waits until it accepts connections.
 func (n *natsServer) start() {
 	n.t.Helper()
-	n.proc.start()
+	n.proc.Start()
 	waitUntil(n.t, 20*time.Second, "nats-server accepts connections on "+n.addr, func() bool { return dialable(n.addr) })
 }
 
@@ -78,7 +79,7 @@ func (r *redisServer) url() string { return "redis://" + r.addr + "/0" }
 
 func (r *redisServer) start() {
 	r.t.Helper()
-	r.proc.start()
+	r.proc.Start()
 	c := redis.NewClient(&redis.Options{Addr: r.addr, MaxRetries: -1})
 	defer c.Close()
 	waitUntil(r.t, 20*time.Second, "redis-server answers PING on "+r.addr, func() bool {

@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/gateproc"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 )
 
 // stack is one deployment under test: a nats-server process, a window store
@@ -43,7 +44,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	if o.DatabaseURL == "" {
 		o.DatabaseURL = testenv.PostgresSchemaURL(t)
 	}
-	binaries(t)
+	gateproc.Gate(t)
 	s := &stack{t: t, nats: startNATS(t), rules: filepath.Join(t.TempDir(), "rules.yaml")}
 	if err := os.WriteFile(s.rules, []byte(o.Rules.yaml()), 0o600); err != nil {
 		t.Fatal(err)
@@ -85,12 +86,8 @@ func (s *stack) startGate(extra map[string]string) *gateProc {
 	for k, v := range extra {
 		vars[k] = v
 	}
-	env := baseEnv()
-	for k, v := range vars {
-		env = append(env, k+"="+v)
-	}
 	g := &gateProc{base: "http://" + addr,
-		proc: newProc(s.t, fmt.Sprintf("gate-%d", len(s.gates)+1), filepath.Join(binaries(s.t), "gate"), []string{"serve"}, env)}
+		proc: newProc(s.t, fmt.Sprintf("gate-%d", len(s.gates)+1), gateproc.Gate(s.t), []string{"serve"}, gateproc.Env(vars))}
 	s.gates = append(s.gates, g)
 	g.start()
 	return g
@@ -101,7 +98,7 @@ func (s *stack) startGate(extra map[string]string) *gateProc {
 func (g *gateProc) start() time.Duration {
 	g.t.Helper()
 	t0 := time.Now()
-	g.proc.start()
+	g.Start()
 	g.waitReady(60 * time.Second)
 	return time.Since(t0)
 }
@@ -109,13 +106,7 @@ func (g *gateProc) start() time.Duration {
 // waitReady waits until /readyz answers 200.
 func (g *gateProc) waitReady(d time.Duration) {
 	g.t.Helper()
-	waitUntil(g.t, d, g.name+" ready", func() bool {
-		if g.exited() {
-			g.t.Fatalf("%s exited:\n%s", g.name, tail(g.log, 40))
-		}
-		code, _, err := g.get("/readyz")
-		return err == nil && code == http.StatusOK
-	})
+	gateproc.WaitReady(g.t, g.Proc, g.base, d)
 }
 
 var httpClient = &http.Client{Timeout: 5 * time.Second}
@@ -181,7 +172,7 @@ func (g *gateProc) metric(name string, labels ...string) float64 {
 // alive checks that the gate still runs and answers /healthz.
 func (g *gateProc) alive() bool {
 	code, _, err := g.get("/healthz")
-	return !g.exited() && err == nil && code == http.StatusOK
+	return !g.Exited() && err == nil && code == http.StatusOK
 }
 
 // awaitDrained waits until GATE_IN is empty and nothing is pending on the

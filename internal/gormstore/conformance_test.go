@@ -125,6 +125,9 @@ func testConcurrentOpen(t *testing.T, fresh freshFunc) {
 	}
 }
 
+// testCommitIdempotent: a batch committed three times, with a new key the
+// third time, is counted and written once per key (what Commit returns of
+// it is porttest's CommitIdempotent).
 func testCommitIdempotent(t *testing.T, fresh freshFunc) {
 	s := MustOpen(t, fresh(t))
 	batch := []gate.Record{
@@ -132,16 +135,9 @@ func testCommitIdempotent(t *testing.T, fresh freshFunc) {
 		suppressed("m2", "disk", "open_id:ou_1", t0.Add(time.Second)),
 		record("m3", "disk", gate.OutcomeDrop, t0.Add(2*time.Second)),
 	}
-	if known := MustCommit(t, s, batch...); known != nil {
-		t.Errorf("first commit: known %v, want none", known)
-	}
-	if known := MustCommit(t, s, batch...); !slices.Equal(known, []string{"m1", "m2", "m3"}) {
-		t.Errorf("second commit: known %v, want [m1 m2 m3]", known)
-	}
-	// Retried with other keys mixed in: only those count.
-	if known := MustCommit(t, s, append(batch, record("m4", "disk", gate.OutcomeForward, t0))...); !slices.Equal(known, []string{"m1", "m2", "m3"}) {
-		t.Errorf("third commit: known %v, want [m1 m2 m3]", known)
-	}
+	MustCommit(t, s, batch...)
+	MustCommit(t, s, batch...)
+	MustCommit(t, s, append(batch, record("m4", "disk", gate.OutcomeForward, t0))...)
 
 	want := gate.SceneSummary{Scene: "disk", Received: 4, Forwarded: 2, Suppressed: 1, Dropped: 1}
 	if got := summaryOf(t, s, "disk"); got != want {

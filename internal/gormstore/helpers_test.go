@@ -2,7 +2,6 @@ package gormstore
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/testing/porttest"
 )
 
 // MustOpen opens a Store on opts and closes it when the test ends.
@@ -38,34 +38,14 @@ func MustCommit(tb testing.TB, s *Store, recs ...gate.Record) (known []string) {
 }
 
 // t0 is on the hour, so hour boundaries in tests are easy to read.
-var t0 = time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
+var t0 = porttest.T0
 
 // record is a decided message of scene without an audit row.
-func record(key, scene string, o gate.Outcome, at time.Time) gate.Record {
-	return gate.Record{Key: key, Scene: scene, Outcome: o, At: at}
-}
+var record = porttest.Record
 
 // suppressed is a suppressed message of scene for recipient, with its
 // audit row.
-func suppressed(key, scene, recipient string, at time.Time) gate.Record {
-	r := record(key, scene, gate.OutcomeSuppress, at)
-	r.Suppression = &gate.Suppression{
-		MessageID:     key,
-		Scene:         scene,
-		Recipient:     recipient,
-		Priority:      gate.PriorityNormal,
-		Scope:         gate.ScopeScene,
-		LimitWindow:   gate.Duration(time.Hour),
-		LimitMax:      1,
-		CountSeen:     1,
-		Reason:        "limit",
-		RulesVersion:  "v1",
-		DecidedAt:     at,
-		NextAllowedAt: at.Add(time.Hour),
-		Payload:       `{"text":"disk ` + key + ` full"}`,
-	}
-	return r
-}
+var suppressed = porttest.Suppressed
 
 // countRows counts the rows of table.
 func countRows(tb testing.TB, s *Store, table string) int64 {
@@ -145,10 +125,4 @@ func (p *proxy) stop() {
 	p.conns = nil
 }
 
-func keys(prefix string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("%s-%05d", prefix, i)
-	}
-	return out
-}
+var keys = porttest.Keys

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/testing/porttest"
 )
 
 func TestPostgresHold(t *testing.T) { runHoldConformance(t, postgresOptions) }
@@ -17,7 +17,9 @@ func TestPostgresHold(t *testing.T) { runHoldConformance(t, postgresOptions) }
 func TestSQLiteHold(t *testing.T) { runHoldConformance(t, sqliteOptions) }
 
 // runHoldConformance is how every dialect keeps held messages (the
-// HoldStore, and what AuditLog.Commit writes of them).
+// HoldStore, and what AuditLog.Commit writes of them) beyond the shared
+// suite (porttest.RunHoldStore, run by ports_test.go): the audit rows,
+// counters and tables a settlement writes.
 func runHoldConformance(t *testing.T, fresh freshFunc) {
 	tests := []struct {
 		name string
@@ -25,38 +27,17 @@ func runHoldConformance(t *testing.T, fresh freshFunc) {
 	}{
 		{"CommitHeld", testCommitHeld},
 		{"BadHeldRecords", testBadHeldRecords},
-		{"Waiting", testWaiting},
 		{"SettleReleaseAndReschedule", testSettleReleaseAndReschedule},
 		{"SettleFallBackMoveDigest", testSettleFallBackMoveDigest},
 		{"SettleRollsBack", testSettleRollsBack},
-		{"SettleBounds", testSettleBounds},
-		{"LateCommitBecomesHead", testLateCommitBecomesHead},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, MustOpen(t, fresh(t))) })
 	}
 }
 
-// heldRec is the record of a message held in queue of recipient: deferred
-// (its queue the scene) or collected for a digest, due at due.
-func heldRec(key, scene, recipient, queue string, kind gate.HoldKind, seq uint64, at, due time.Time) gate.Record {
-	r := suppressed(key, scene, recipient, at)
-	r.Outcome = gate.OutcomeDefer
-	var expires time.Time
-	if kind == gate.HoldDigest {
-		r.Outcome = gate.OutcomeDigest
-	} else {
-		expires = at.Add(6 * time.Hour)
-	}
-	r.Suppression.HeldAs = kind
-	r.Hold = &gate.Held{
-		MessageID: key, Kind: kind, Queue: gate.Queue{Recipient: recipient, Name: queue}, Scene: scene,
-		Priority: gate.PriorityNormal, TZ: "Asia/Shanghai", Seq: seq, HeldAt: at, DueAt: due, Expires: expires,
-		Fallback: gate.ActionSuppress, Reason: gate.ReasonLimit,
-		Payload: []byte("{\"text\":\"" + key + "\"}\x00\xff"), // forwarded as sent, whatever the bytes
-	}
-	return r
-}
+// heldRec is porttest.HeldRecord: a message held in queue of recipient.
+var heldRec = porttest.HeldRecord
 
 const ou1 = "open_id:ou_1"
 
@@ -65,31 +46,14 @@ var (
 	qDigest = gate.Queue{Recipient: ou1, Name: "digest:ci"}
 )
 
-// settleAll runs one Settle round at now, recording what was handed over,
-// and settling as decide says.
+// settleAll runs one Settle round at now (porttest.SettleRound).
 func settleAll(t *testing.T, s *Store, now time.Time, decide func(due [][]gate.Held) []gate.Settlement) ([][]gate.Held, int) {
 	t.Helper()
-	var handed [][]gate.Held
-	n, err := s.Settle(context.Background(), now, 10, 10, func(_ context.Context, due [][]gate.Held) ([]gate.Settlement, error) {
-		handed = due
-		return decide(due), nil
-	})
-	if err != nil {
-		t.Fatalf("Settle at %v: %v", now, err)
-	}
-	return handed, n
+	return porttest.SettleRound(t, s, now, decide)
 }
 
 // heldIDs lists the message ids of each queue handed over.
-func heldIDs(due [][]gate.Held) [][]string {
-	out := make([][]string, len(due))
-	for i, q := range due {
-		for _, h := range q {
-			out[i] = append(out[i], h.MessageID)
-		}
-	}
-	return out
-}
+var heldIDs = porttest.HeldIDs
 
 // auditRow returns the suppression row of id.
 func auditRow(t *testing.T, s *Store, id string) gate.Suppression {
@@ -109,11 +73,7 @@ func auditRow(t *testing.T, s *Store, id string) gate.Suppression {
 
 func waiting(t *testing.T, s *Store, qs ...gate.Queue) map[gate.Queue]bool {
 	t.Helper()
-	w, err := s.Waiting(context.Background(), qs)
-	if err != nil {
-		t.Fatalf("Waiting: %v", err)
-	}
-	return w
+	return porttest.Waiting(t, s, qs...)
 }
 
 func testCommitHeld(t *testing.T, s *Store) {
@@ -193,22 +153,6 @@ func testBadHeldRecords(t *testing.T, s *Store) {
 	}
 	if got := countRows(t, s, "decisions") + countRows(t, s, "held"); got != 0 {
 		t.Errorf("rows after refused batches: got %d, want 0", got)
-	}
-}
-
-func testWaiting(t *testing.T, s *Store) {
-	other := gate.Queue{Recipient: "open_id:ou_2", Name: "disk"}
-	if got := waiting(t, s, qDisk, other); len(got) != 0 {
-		t.Errorf("Waiting before anything is held: got %v, want none", got)
-	}
-	MustCommit(t, s, heldRec("d1", "disk", ou1, "disk", gate.HoldDefer, 1, t0, t0),
-		heldRec("c1", "ci.build", ou1, "digest:ci", gate.HoldDigest, 2, t0, t0))
-	got := waiting(t, s, qDisk, other, qDigest, qDisk)
-	if want := map[gate.Queue]bool{qDisk: true, qDigest: true}; len(got) != len(want) || !got[qDisk] || !got[qDigest] {
-		t.Errorf("Waiting: got %v, want %v", got, want)
-	}
-	if got := waiting(t, s); len(got) != 0 {
-		t.Errorf("Waiting of no queues: got %v, want none", got)
 	}
 }
 
@@ -400,40 +344,5 @@ func testSettleRollsBack(t *testing.T, s *Store) {
 		if _, err := s.Settle(ctx, t0, bad[0], bad[1], func(context.Context, [][]gate.Held) ([]gate.Settlement, error) { return nil, nil }); !errors.Is(err, gate.ErrBadRequest) {
 			t.Errorf("Settle(%d queues, %d each): got %v, want ErrBadRequest", bad[0], bad[1], err)
 		}
-	}
-}
-
-func testSettleBounds(t *testing.T, s *Store) {
-	var recs []gate.Record
-	for i := range 3 {
-		recipient := fmt.Sprintf("open_id:ou_%d", i)
-		for j := range 3 {
-			// Queue 2 is due first, then 1, then 0.
-			recs = append(recs, heldRec(fmt.Sprintf("q%d-m%d", i, j), "disk", recipient, "disk", gate.HoldDefer,
-				uint64(10*i+j), t0, t0.Add(time.Duration(3-i)*time.Minute)))
-		}
-	}
-	MustCommit(t, s, recs...)
-	var handed [][]gate.Held
-	n, err := s.Settle(context.Background(), t0.Add(time.Hour), 2, 1, func(_ context.Context, due [][]gate.Held) ([]gate.Settlement, error) {
-		handed = due
-		return nil, nil
-	})
-	if err != nil || n != 0 {
-		t.Fatalf("Settle: %d, %v", n, err)
-	}
-	if got, want := heldIDs(handed), [][]string{{"q2-m0"}, {"q1-m0"}}; !slices.EqualFunc(got, want, slices.Equal) {
-		t.Errorf("two queues, one message each: handed %v, want %v (soonest due first, each its head)", got, want)
-	}
-}
-
-// testLateCommitBecomesHead: a message decided on one gate may commit after
-// a later message of its queue decided on another. It is the queue's head.
-func testLateCommitBecomesHead(t *testing.T, s *Store) {
-	MustCommit(t, s, heldRec("late", "disk", ou1, "disk", gate.HoldDefer, 5, t0, t0.Add(2*time.Hour)))
-	MustCommit(t, s, heldRec("early", "disk", ou1, "disk", gate.HoldDefer, 3, t0, t0.Add(time.Hour)))
-	handed, _ := settleAll(t, s, t0.Add(time.Hour), func([][]gate.Held) []gate.Settlement { return nil })
-	if got, want := heldIDs(handed), [][]string{{"early", "late"}}; !slices.EqualFunc(got, want, slices.Equal) {
-		t.Errorf("handed %v, want %v: the queue is due when its oldest message is", got, want)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/antifatigue/gate/internal/procstat"
+	"github.com/antifatigue/gate/internal/testing/procstat"
 )
 
 // postgresCPU sums the CPU time of every postgres process on this host (the

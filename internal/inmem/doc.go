@@ -1,6 +1,6 @@
 // Package inmem is the gate.WindowStore that lives in the gate process: the
 // embedded default when no Redis is configured, and the fast twin that the
-// Redis store is checked against (both pass internal/storetest).
+// Redis store is checked against (both pass internal/testing/storetest).
 //
 // Its semantics are those of internal/redisstore to the millisecond: the same
 // sliding windows and calendar periods, duplicates, trimming to the largest

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/internal/storetest"
+	"github.com/antifatigue/gate/internal/testing/storetest"
 )
 
 // fakeClock starts off a millisecond boundary, so truncation to the store's

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 )
 
 // TestNacosServer drives a Source through nacos-sdk-go against the real

@@ -14,7 +14,7 @@ import (
 	"github.com/antifatigue/gate/internal/gormstore"
 	"github.com/antifatigue/gate/internal/inmem"
 	"github.com/antifatigue/gate/internal/pipeline"
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 )
 
 // sink is a Forwarder that keeps the ids it was handed, in order.

@@ -15,7 +15,7 @@ import (
 	"github.com/antifatigue/gate/internal/metrics"
 	"github.com/antifatigue/gate/internal/pipeline"
 	"github.com/antifatigue/gate/internal/redisstore"
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )

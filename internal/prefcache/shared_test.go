@@ -9,7 +9,7 @@ import (
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/gormstore"
 	"github.com/antifatigue/gate/internal/prefcache"
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 )
 
 // TestCacheSeesOtherGates writes through one store handle (another gate)

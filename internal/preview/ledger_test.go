@@ -10,7 +10,7 @@ import (
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/gormstore"
 	"github.com/antifatigue/gate/internal/preview"
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 )
 
 // TestReplayRealLedger commits decisions through the audit store, as the

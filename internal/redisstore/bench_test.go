@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/internal/procstat"
 	"github.com/antifatigue/gate/internal/rules"
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/procstat"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 	"github.com/redis/go-redis/v9"
 )
 

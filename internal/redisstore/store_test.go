@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/internal/storetest"
-	"github.com/antifatigue/gate/internal/testenv"
+	"github.com/antifatigue/gate/internal/testing/storetest"
+	"github.com/antifatigue/gate/internal/testing/testenv"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -3,7 +3,6 @@ package storetest
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -157,53 +156,59 @@ func testRateNextAllowedExact(t *testing.T, b Backend) {
 // limit rejecting it leaves the windows alone, in the scene and the caps.
 func testRateAtomicWithWindows(t *testing.T, b Backend) {
 	t.Run("window rejects", func(t *testing.T) {
-		r, w, g := newRecipient(), lim(time.Hour, 1), rate(time.Hour, 3)
-		a := admitOne(t, b.Store, tightReq(r, "s", newID(), w, g))
-		wantAdmitted(t, "a", a)
-		wantRejected(t, "b", admitOne(t, b.Store, tightReq(r, "s", newID(), w, g)), gate.Exceeded{Scope: gate.ScopeScene, Limit: w, Count: 1}, a.Now.Add(time.Hour))
+		w, g := lim(time.Hour, 1), rate(time.Hour, 3)
 		// The rate limit counts a alone: b took no slot.
-		c := admitOne(t, b.Store, tightReq(r, "s", newID(), g))
-		wantAdmitted(t, "c, rate only", c)
-		wantTightest(t, "c", c, gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 2})
+		sceneRejects(t, b, w, g, w, g, "c, rate only")
 	})
 	t.Run("rate rejects", func(t *testing.T) {
-		r, w, g := newRecipient(), lim(time.Hour, 5), rate(time.Hour, 1)
-		a := admitOne(t, b.Store, tightReq(r, "s", newID(), w, g))
-		wantAdmitted(t, "a", a)
-		wantRejected(t, "b", admitOne(t, b.Store, tightReq(r, "s", newID(), w, g)), gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 1}, a.Now.Add(time.Hour))
-		c := admitOne(t, b.Store, tightReq(r, "s", newID(), w))
-		wantAdmitted(t, "c, window only", c)
-		wantTightest(t, "c", c, gate.Exceeded{Scope: gate.ScopeScene, Limit: w, Count: 2})
+		w, g := lim(time.Hour, 5), rate(time.Hour, 1)
+		r := sceneRejects(t, b, w, g, g, w, "c, window only")
 		if b.Members != nil {
 			wantMembers(t, b, r, "s", 2)
 		}
 	})
 	t.Run("cap rate rejects", func(t *testing.T) {
-		r, w, g := newRecipient(), lim(time.Hour, 5), rate(time.Hour, 1)
-		q := func(scene string) gate.AdmitRequest {
-			x := tightReq(r, scene, newID(), w)
-			x.Caps = limits(g)
-			return x
-		}
-		a := admitOne(t, b.Store, q("s1"))
-		wantAdmitted(t, "a", a)
-		wantRejected(t, "b", admitOne(t, b.Store, q("s2")), gate.Exceeded{Scope: gate.ScopeRecipient, Limit: g, Count: 1}, a.Now.Add(time.Hour))
-		c := admitOne(t, b.Store, tightReq(r, "s2", newID(), w))
-		wantTightest(t, "c, in s2 without caps", c, gate.Exceeded{Scope: gate.ScopeScene, Limit: w, Count: 1})
+		w, g := lim(time.Hour, 5), rate(time.Hour, 1)
+		capRejects(t, b, w, g, "s1", "s2", "c, in s2 without caps", gate.Exceeded{Scope: gate.ScopeScene, Limit: w, Count: 1})
 	})
 	t.Run("cap window rejects", func(t *testing.T) {
-		r, g, capw := newRecipient(), rate(time.Hour, 2), lim(time.Hour, 1)
-		q := func(scene string) gate.AdmitRequest {
-			x := tightReq(r, scene, newID(), g)
-			x.Caps = limits(capw)
-			return x
-		}
-		a := admitOne(t, b.Store, q("s"))
-		wantAdmitted(t, "a", a)
-		wantRejected(t, "b", admitOne(t, b.Store, q("s")), gate.Exceeded{Scope: gate.ScopeRecipient, Limit: capw, Count: 1}, a.Now.Add(time.Hour))
-		c := admitOne(t, b.Store, tightReq(r, "s", newID(), g))
-		wantTightest(t, "c, without caps", c, gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 2})
+		g, capw := rate(time.Hour, 2), lim(time.Hour, 1)
+		capRejects(t, b, g, capw, "s", "s", "c, without caps", gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 2})
 	})
+}
+
+// sceneRejects admits a under the window w and the rate g, has the
+// rejecting one of them refuse b, and has c, under the kept one alone, find
+// a's slot there and nothing of b: it returns the recipient.
+func sceneRejects(t *testing.T, b Backend, w, g, rejecting, kept gate.Limit, what string) string {
+	t.Helper()
+	r := newRecipient()
+	a := admitOne(t, b.Store, tightReq(r, "s", newID(), w, g))
+	wantAdmitted(t, "a", a)
+	wantRejected(t, "b", admitOne(t, b.Store, tightReq(r, "s", newID(), w, g)), gate.Exceeded{Scope: gate.ScopeScene, Limit: rejecting, Count: 1}, a.Now.Add(time.Hour))
+	c := admitOne(t, b.Store, tightReq(r, "s", newID(), kept))
+	wantAdmitted(t, what, c)
+	wantTightest(t, "c", c, gate.Exceeded{Scope: gate.ScopeScene, Limit: kept, Count: 2})
+	return r
+}
+
+// capRejects admits a in scene first under the scene limit scene and the
+// cap capl, has the cap reject b in scene then, and has c, in then without
+// caps, report want as its tightest limit: the cap's refusal recorded
+// nothing in the scene.
+func capRejects(t *testing.T, b Backend, scene, capl gate.Limit, first, then, what string, want gate.Exceeded) {
+	t.Helper()
+	r := newRecipient()
+	q := func(s string) gate.AdmitRequest {
+		x := tightReq(r, s, newID(), scene)
+		x.Caps = limits(capl)
+		return x
+	}
+	a := admitOne(t, b.Store, q(first))
+	wantAdmitted(t, "a", a)
+	wantRejected(t, "b", admitOne(t, b.Store, q(then)), gate.Exceeded{Scope: gate.ScopeRecipient, Limit: capl, Count: 1}, a.Now.Add(time.Hour))
+	c := admitOne(t, b.Store, tightReq(r, then, newID(), scene))
+	wantTightest(t, what, c, want)
 }
 
 // A cap's rate limit is shared by the recipient's scenes, and a cap of a
@@ -362,24 +367,7 @@ func testRateKeysExpire(t *testing.T, b Backend) {
 
 // Many clients hammering one recipient never admit more than the bursts.
 func testRateConcurrent(t *testing.T, b Backend) {
-	const workers, perWorker = 16, 4
-	r := newRecipient()
-	scene, capg := rate(time.Hour, 3), rate(time.Hour, 4)
-	admitted, errs := hammer(t, b, workers, perWorker, func(w, i int) gate.AdmitRequest {
-		q := tightReq(r, fmt.Sprint("s", (w+i)%2), newID(), scene)
-		q.Caps = limits(capg)
-		return q
-	})
-	if len(errs) > 0 {
-		t.Fatalf("%d of %d calls failed, first: %v", len(errs), workers*perWorker, errs[0])
-	}
-	n := map[string]int{}
-	for _, a := range admitted {
-		n[a.scene]++
-	}
-	if total := n["s0"] + n["s1"]; total != capg.Max || n["s0"] > scene.Max || n["s1"] > scene.Max {
-		t.Fatalf("admitted %v, want %d in all and at most %d per scene", n, capg.Max, scene.Max)
-	}
+	concurrentTwoScenes(t, b, rate(time.Hour, 3), rate(time.Hour, 4), true)
 }
 
 // Under concurrent load while the limit refills, the admissions between
@@ -409,42 +397,6 @@ func testRateConcurrentRefill(t *testing.T, b Backend) {
 	}
 }
 
-type admission struct {
-	scene string
-	at    int64 // ms
-}
-
-// hammer runs workers goroutines, each deciding perWorker requests made by
-// next, over four clients of the store, and returns the admissions.
-func hammer(t *testing.T, b Backend, workers, perWorker int, next func(w, i int) gate.AdmitRequest) ([]admission, []error) {
-	t.Helper()
-	clients := []gate.WindowStore{b.Store, b.Client(t), b.Client(t), b.Client(t)}
-	var (
-		mu       sync.Mutex
-		admitted []admission
-		errs     []error
-		wg       sync.WaitGroup
-	)
-	for w := range workers {
-		wg.Go(func() {
-			s := clients[w%len(clients)]
-			for i := range perWorker {
-				q := next(w, i)
-				res, err := s.Admit(context.Background(), []gate.AdmitRequest{q})
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, err)
-				} else if res[0].Admitted && !res[0].Duplicate {
-					admitted = append(admitted, admission{q.Scene, res[0].Now.UnixMilli()})
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return admitted, errs
-}
-
 func testRateInvalid(t *testing.T, b Backend) {
 	for _, tc := range []struct {
 		name string
@@ -460,121 +412,5 @@ func testRateInvalid(t *testing.T, b Backend) {
 		{"zero burst", func(q *gate.AdmitRequest) { q.Caps = limits(rate(time.Hour, 0)) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) { wantInvalid(t, b, tc.edit) })
-	}
-}
-
-// A dry run is decided as a real request would be, and records nothing:
-// no id, no member, no TAT, no key.
-func testDryRunRecordsNothing(t *testing.T, b Backend) {
-	r := newRecipient()
-	w, g, capw, capg := lim(time.Hour, 2), rate(time.Hour, 3), lim(time.Hour, 5), rate(time.Hour, 4)
-	q := func(dry bool) gate.AdmitRequest {
-		x := tightReq(r, "s", newID(), w, g)
-		x.Caps, x.DryRun = limits(capw, capg), dry
-		return x
-	}
-	want := gate.Exceeded{Scope: gate.ScopeScene, Limit: w, Count: 1}
-	d := q(true)
-	for i := range 3 {
-		got := admitOne(t, b.Store, d)
-		wantAdmitted(t, fmt.Sprintf("dry run %d", i+1), got)
-		wantTightest(t, fmt.Sprintf("dry run %d", i+1), got, want)
-	}
-	if b.Keys != nil {
-		wantKeys(t, b, r, 0)
-	}
-	real := d
-	real.DryRun = false
-	got := admitOne(t, b.Store, real)
-	wantAdmitted(t, "the same id for real", got)
-	wantTightest(t, "the same id for real", got, want)
-	wantDuplicate(t, "a dry run of an admitted id", admitOne(t, b.Store, d))
-	var members, keys int
-	if b.Keys != nil {
-		members, keys = b.Members(t, r, "s"), b.Keys(t, r)
-	}
-	after := admitOne(t, b.Store, q(true))
-	wantTightest(t, "a second dry run", after, gate.Exceeded{Scope: gate.ScopeScene, Limit: w, Count: 2})
-	wantTightest(t, "a second dry run, again", admitOne(t, b.Store, q(true)), gate.Exceeded{Scope: gate.ScopeScene, Limit: w, Count: 2})
-	if b.Keys != nil {
-		wantMembers(t, b, r, "s", members)
-		wantKeys(t, b, r, keys)
-	}
-}
-
-// A dry run over a full limit is rejected exactly as the real request.
-func testDryRunDecidesAsReal(t *testing.T, b Backend) {
-	for _, tc := range []struct {
-		name   string
-		limits []gate.Limit
-		caps   []gate.Limit
-	}{
-		{"window", limits(lim(time.Hour, 1)), nil},
-		{"rate", limits(rate(time.Hour, 1)), nil},
-		{"cap window", nil, limits(lim(time.Hour, 1))},
-		{"cap rate", limits(lim(time.Hour, 5)), limits(rate(time.Hour, 1))},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newRecipient()
-			q := func(dry bool) gate.AdmitRequest {
-				return gate.AdmitRequest{ID: newID(), Recipient: r, Scene: "s", Limits: tc.limits, Caps: tc.caps, DryRun: dry}
-			}
-			wantAdmitted(t, "a", admitOne(t, b.Store, q(false)))
-			dry := admitOne(t, b.Store, q(true))
-			real := admitOne(t, b.Store, q(false))
-			if dry.Exceeded == nil || real.Exceeded == nil {
-				t.Fatalf("dry %s, real %s: want both rejected", show(dry), show(real))
-			}
-			wantRejected(t, "dry run", dry, *real.Exceeded, real.NextAllowedAt)
-		})
-	}
-}
-
-// Tightest names the limit with the fewest slots left once the message is
-// admitted (the first of equals, scene limits before caps), with its count
-// including the message; forced admissions report it too, over the max.
-func testTightest(t *testing.T, b Backend) {
-	r := newRecipient()
-	w, g, capw := lim(time.Hour, 3), rate(time.Hour, 2), lim(time.Hour, 5)
-	q := func(force bool) gate.AdmitRequest {
-		x := tightReq(r, "s", newID(), w, g)
-		x.Caps, x.Force = limits(capw), force
-		return x
-	}
-	// Left after a: window 2, rate 1, cap 4.
-	wantTightest(t, "a", admitOne(t, b.Store, q(false)), gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 1})
-	// Left after b: window 1, rate 0, cap 3.
-	wantTightest(t, "b", admitOne(t, b.Store, q(false)), gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 2})
-	// Forced c: window 0, rate -1 (its TAT stays a burst ahead), cap 2.
-	wantTightest(t, "forced c", admitOne(t, b.Store, q(true)), gate.Exceeded{Scope: gate.ScopeScene, Limit: g, Count: 3})
-
-	// Equal slots left: the first limit wins.
-	r2 := newRecipient()
-	x := tightReq(r2, "s", newID(), lim(time.Hour, 2), lim(24*time.Hour, 2))
-	x.Caps = limits(lim(time.Hour, 2))
-	wantTightest(t, "equals", admitOne(t, b.Store, x), gate.Exceeded{Scope: gate.ScopeScene, Limit: lim(time.Hour, 2), Count: 1})
-	// The cap tighter than the scene.
-	y := tightReq(r2, "t", newID(), lim(time.Hour, 5))
-	y.Caps = limits(lim(time.Hour, 2))
-	wantTightest(t, "cap", admitOne(t, b.Store, y), gate.Exceeded{Scope: gate.ScopeRecipient, Limit: lim(time.Hour, 2), Count: 2})
-
-	if got := admitOne(t, b.Store, tightReq(newRecipient(), "s", newID())); got.Tightest != nil {
-		t.Fatalf("no limits: Tightest = %+v, want nil", got.Tightest)
-	}
-}
-
-// Without WantTightest an admission reports no tightest limit, real or
-// dry run, forced or not, in the scene and in the caps.
-func testTightestOnlyWhenAsked(t *testing.T, b Backend) {
-	r := newRecipient()
-	w, g, capw := lim(time.Hour, 3), rate(time.Hour, 2), lim(time.Hour, 5)
-	for i, mode := range []string{"real", "dry run", "forced"} {
-		x := req(r, "s", newID(), w, g)
-		x.Caps, x.DryRun, x.Force = limits(capw), i == 1, i == 2
-		got := admitOne(t, b.Store, x)
-		wantAdmitted(t, mode, got)
-		if got.Tightest != nil {
-			t.Fatalf("%s without WantTightest: Tightest = %+v, want nil", mode, got.Tightest)
-		}
 	}
 }

@@ -13,6 +13,6 @@
 // cannot set the store's clock computes what it expects from the store's
 // replies, and runs again if its decisions straddle a period boundary.
 //
-// It imports the standard library, internal/gate and internal/testenv, and
-// is imported only by tests.
+// It imports the standard library, internal/gate and
+// internal/testing/testenv, and is imported only by tests.
 package storetest

@@ -379,25 +379,7 @@ func testMemoryBounded(t *testing.T, b Backend) {
 
 // Many clients hammering one recipient never admit more than the limits.
 func testConcurrent(t *testing.T, b Backend) {
-	const workers, perWorker = 16, 4
-	r := newRecipient()
-	scene, capl := lim(time.Hour, 3), lim(time.Hour, 4)
-	got, errs := hammer(t, b, workers, perWorker, func(w, i int) gate.AdmitRequest {
-		q := req(r, fmt.Sprint("s", (w+i)%2), newID(), scene)
-		q.Caps = limits(capl)
-		return q
-	})
-	if len(errs) > 0 {
-		t.Fatalf("%d of %d calls failed, first: %v", len(errs), workers*perWorker, errs[0])
-	}
-	admitted := map[string]int{}
-	for _, a := range got {
-		admitted[a.scene]++
-	}
-	// The cap (4) binds before the two scenes (3 each) can fill.
-	if total := admitted["s0"] + admitted["s1"]; total != capl.Max || admitted["s0"] > scene.Max || admitted["s1"] > scene.Max {
-		t.Fatalf("admitted %v, want %d in all and at most %d per scene", admitted, capl.Max, scene.Max)
-	}
+	concurrentTwoScenes(t, b, lim(time.Hour, 3), lim(time.Hour, 4), false)
 }
 
 func testNowIsStoreClock(t *testing.T, b Backend) {

@@ -1,6 +1,3 @@
-// Package pgschema gives a test or a benchmark run a PostgreSQL schema of
-// its own in a shared database, so that runs at the same time never see
-// each other's tables.
 package pgschema
 
 import (

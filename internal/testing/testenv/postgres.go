@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/antifatigue/gate/internal/pgschema"
+	"github.com/antifatigue/gate/internal/testing/pgschema"
 )
 
 // PostgresSchemaURL creates a fresh schema in the test database and returns
