@@ -50,6 +50,12 @@ func (s *scriptedRefunder) calls() []string {
 	return append([]string(nil), s.asked...)
 }
 
+// runRefunds runs ConsumeRefunds until the test ends.
+func runRefunds(t *testing.T, b *Bus, ref gate.Refunder, o RefundOptions) {
+	t.Helper()
+	runUntilEnd(t, "ConsumeRefunds", func(ctx context.Context) error { return b.ConsumeRefunds(ctx, ref, o) })
+}
+
 // TestConsumeRefunds: refunds on gate.refund are handed over with source
 // nats and settled by their verdict: done and refused ones acked, a
 // transient failure retried until it succeeds, a malformed body parked on
@@ -61,17 +67,7 @@ func TestConsumeRefunds(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := &scriptedRefunder{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- b.ConsumeRefunds(ctx, ref, RefundOptions{RetryMin: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ConsumeRefunds: %v", err)
-		}
-	}()
+	runRefunds(t, b, ref, RefundOptions{RetryMin: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond})
 
 	js := b.JetStream()
 	// The consumer creates the stream: wait for it, as a sender would
@@ -135,15 +131,7 @@ func TestRefundThatPanicsIsParked(t *testing.T) {
 		}
 	}
 	ref := &scriptedRefunder{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.ConsumeRefunds(ctx, ref, RefundOptions{}) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ConsumeRefunds: %v", err)
-		}
-	}()
+	runRefunds(t, b, ref, RefundOptions{})
 	for deadline := time.Now().Add(20 * time.Second); len(ref.calls()) < 3; {
 		if time.Now().After(deadline) {
 			t.Fatalf("refunds asked %v, want boom twice and ok", ref.calls())
@@ -176,15 +164,7 @@ func TestRefundSubject(t *testing.T) {
 		t.Fatalf("%s captures %v, want [ops.refund]", StreamRefund, subj)
 	}
 	ref := &scriptedRefunder{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.ConsumeRefunds(ctx, ref, RefundOptions{}) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ConsumeRefunds: %v", err)
-		}
-	}()
+	runRefunds(t, b, ref, RefundOptions{})
 	if _, err := js.Publish(t.Context(), "ops.refund", []byte(`{"id":"ok"}`)); err != nil {
 		t.Fatal(err)
 	}
