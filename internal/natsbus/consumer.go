@@ -10,16 +10,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Defaults of ConsumeOptions, and of RefundOptions' retries.
+// Defaults of ConsumeOptions, besides DefaultBatch (defaults.go), and of
+// RefundOptions' retries.
 const (
-	DefaultBatch    = 256
+	// DefaultInFlight is how many batches ConsumeStaged keeps in flight.
 	DefaultInFlight = 2
+	// DefaultRetryMin and DefaultRetryMax bound the delay before a message
+	// that met a transient failure is redelivered.
 	DefaultRetryMin = 500 * time.Millisecond
 	DefaultRetryMax = 30 * time.Second
 )
 
 // ConsumeOptions tune the consume loop. Zero values take the defaults
-// shown (the Default constants above).
+// shown (DefaultBatch, DefaultInFlight, DefaultRetryMin, DefaultRetryMax).
 type ConsumeOptions struct {
 	// Batch is the most messages decided together (256).
 	Batch int
