@@ -153,7 +153,9 @@ func FormatClock(d time.Duration) string {
 }
 
 // ErrUnknownZone is returned by LoadZone for a name that is not an IANA
-// time zone.
+// time zone. Its callers turn it into their own refusal (a message's
+// *InvalidError, a rule document's error at its line), so it reaches no
+// transport and has no class of its own (ClassInternal).
 var ErrUnknownZone = errors.New("unknown time zone")
 
 // Bounds on zone names and on the cache of loaded zones.

@@ -2,7 +2,6 @@ package gate
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -204,18 +203,16 @@ type StoredAnswer struct {
 	Prior  Prior
 }
 
-// CheckFailure is what a transport answers for a check that failed with
-// err: an HTTP status (400 for a body that is not a valid check, 503 when a
-// store did not answer, 500 for anything else, a bug) and the message of its
-// {"error": …} body. POST /v1/check and gate.check answer alike. A store's
-// own words stay in the log: they may name hosts.
-func CheckFailure(err error) (status int, msg string) {
-	switch {
-	case IsInvalid(err):
-		return 400, "invalid check: " + InvalidReason(err)
-	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return 503, "the window store or the audit store did not answer: ask again, with the same id"
-	default:
-		return 500, "internal error"
+// CheckFailure is the message of the {"error": …} body that answers a
+// check that failed with err, on POST /v1/check and gate.check alike; the
+// status is the transport's, from Classify(err). A store's own words stay
+// in the log: they may name hosts.
+func CheckFailure(err error) string {
+	switch Classify(err) {
+	case ClassPark:
+		return "invalid check: " + InvalidReason(err)
+	case ClassUnavailable:
+		return "the window store or the audit store did not answer: ask again, with the same id"
 	}
+	return "internal error"
 }

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -139,17 +140,51 @@ func TestCheckRecordHoldsNothing(t *testing.T) {
 	}
 }
 
+// TestClassify: every sentinel and the error type land in their class,
+// wrapped as the stores and services wrap them, and an error wrapping two
+// takes the first class of Classify's order.
+func TestClassify(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		want Class
+	}{
+		{"nil", nil, ClassNone},
+		{"invalid message", invalidf("no id"), ClassPark},
+		{"invalid, wrapped", fmt.Errorf("commit: %w", &InvalidError{Reason: "the audit store refused it"}), ClassPark},
+		{"bad request", fmt.Errorf("list: %w: malformed cursor", ErrBadRequest), ClassInvalid},
+		{"bad request refused for good", fmt.Errorf("settle: %w: %w: 2 queues", ErrPermanent, ErrBadRequest), ClassInvalid},
+		{"not found", fmt.Errorf("%w: recipient has no preferences", ErrNotFound), ClassNotFound},
+		{"never decided", fmt.Errorf("refund %q: %w", "m1", ErrNeverDecided), ClassNotFound},
+		{"not forwarded", fmt.Errorf("refund %q: %w", "m1", ErrNotForwarded), ClassConflict},
+		{"ledger incomplete", fmt.Errorf("refund %q: %w", "m1", ErrLedgerIncomplete), ClassConflict},
+		{"unavailable", fmt.Errorf("redis: %w: dial tcp", ErrUnavailable), ClassUnavailable},
+		{"deadline", fmt.Errorf("query: %w", context.DeadlineExceeded), ClassUnavailable},
+		{"canceled", fmt.Errorf("query: %w", context.Canceled), ClassUnavailable},
+		{"permanent alone", fmt.Errorf("commit: %w: invalid byte sequence", ErrPermanent), ClassInternal},
+		{"invalid admit request alone", fmt.Errorf("%w: empty id", ErrInvalidRequest), ClassInternal},
+		{"unknown", errors.New("nil map"), ClassInternal},
+		{"invalid before unavailable", fmt.Errorf("%w: %w", ErrUnavailable, invalidf("x")), ClassPark},
+		{"bad request before unavailable", fmt.Errorf("%w: %w", ErrUnavailable, ErrBadRequest), ClassInvalid},
+	} {
+		if got := Classify(tt.err); got != tt.want {
+			t.Errorf("%s: Classify(%v) = %d, want %d", tt.name, tt.err, got, tt.want)
+		}
+	}
+}
+
 func TestCheckFailure(t *testing.T) {
 	for _, tt := range []struct {
 		err  error
-		want int
+		want string
 	}{
-		{invalidf("bad"), 400},
-		{fmt.Errorf("window admit: %w", ErrUnavailable), 503},
-		{errors.New("bug"), 500},
+		{invalidf("bad"), "invalid check: bad"},
+		{fmt.Errorf("window admit: %w", ErrUnavailable), "the window store or the audit store did not answer: ask again, with the same id"},
+		{fmt.Errorf("redis at 10.0.0.1: %w", context.Canceled), "the window store or the audit store did not answer: ask again, with the same id"},
+		{errors.New("bug at 10.0.0.1"), "internal error"},
 	} {
-		if got, msg := CheckFailure(tt.err); got != tt.want || msg == "" {
-			t.Errorf("CheckFailure(%v) = %d %q, want %d and a message", tt.err, got, msg, tt.want)
+		if got := CheckFailure(tt.err); got != tt.want {
+			t.Errorf("CheckFailure(%v) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
 }

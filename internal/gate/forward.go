@@ -52,17 +52,15 @@ type Delivery struct {
 	ReceivedAt      time.Time
 }
 
-// BatchHandler decides a batch of deliveries. errs[i] is the outcome of
-// batch[i], which the transport alone maps to an acknowledgement: nil acks,
-// an *InvalidError parks the message on the dead letter and terminates it,
-// and any other error hands it back for a delayed retry.
-type BatchHandler func(ctx context.Context, batch []Delivery) (errs []error)
-
 // BatchStarter decides a batch in two steps, so that a transport can keep
 // several batches in flight. The transport calls it one batch at a time, in
 // the order the batches arrived, and it returns once the part of the work
 // whose order matters is done. The transport then calls finish exactly once,
-// from any goroutine, and maps its errors as a BatchHandler's; it may start
-// the next batches, and finish several, meanwhile. ctx must stay live until
-// finish returns.
+// from any goroutine, and may start the next batches, and finish several,
+// meanwhile. ctx must stay live until finish returns.
+//
+// errs[i] is the outcome of batch[i] (nil: done), which the transport alone
+// turns into an acknowledgement by its class (Classify): done is acked, a
+// ClassPark error parks the message on the dead letter and terminates it,
+// and a transient or unclassified one hands it back for a delayed retry.
 type BatchStarter func(ctx context.Context, batch []Delivery) (finish func() (errs []error))

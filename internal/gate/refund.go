@@ -42,6 +42,7 @@ type RefundResult struct {
 
 // The refusals of a refund. Each is permanent: asking again gets the same
 // answer, so the transport answers (or acks) it and never retries.
+// ErrNeverDecided is ClassNotFound, the other two ClassConflict.
 var (
 	// ErrNeverDecided: the ledger does not know the id (never received, an
 	// invalid message, or decided before the ledger's retention).

@@ -114,7 +114,9 @@ type WindowStore interface {
 // id, recipient or scene, a limit with neither a positive window, nor a
 // known calendar, nor a positive rate, or with two of them, a max under 1,
 // two rate limits in one set).
-// It is permanent: retrying cannot help.
+// It is permanent: retrying cannot help. A store's batch that meets it is
+// split to find the request it refuses, whose message is then parked (an
+// *InvalidError); alone it is ClassInternal: the gate built the request.
 var ErrInvalidRequest = errors.New("invalid admit request")
 
 // Validate checks what every window store needs of a request.

@@ -32,11 +32,7 @@ func (s *server) check(w http.ResponseWriter, r *http.Request) {
 	}
 	a, err := s.o.Checker.Check(r.Context(), body)
 	if err != nil {
-		code, msg := gate.CheckFailure(err)
-		if code >= http.StatusInternalServerError {
-			s.o.Log.Warn("check failed", "status", code, "err", err)
-		}
-		writeError(w, code, msg)
+		s.fail(w, r, err, gate.CheckFailure(err))
 		return
 	}
 	writeJSON(w, http.StatusOK, a)

@@ -3,8 +3,8 @@
 // the rules in force, the suppression reports (list, CSV export, summary,
 // hourly timeseries, top recipients) and the OpenAPI 3 document that
 // describes them all (openapi.json, embedded; a test keeps its schemas in
-// step with the Go types). One place maps domain errors to status codes,
-// and one middleware checks the bearer token on /v1/*; before both, one
+// step with the Go types). One function (Status, errors.go) maps the class
+// of a domain error (gate.Classify) to a status code, and one middleware checks the bearer token on /v1/*; before both, one
 // checks the Host against an allow-list, so that a web page cannot reach
 // the gate through DNS rebinding.
 //

@@ -2,9 +2,11 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -35,41 +37,48 @@ func (s *server) refund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.o.Refunder.Refund(r.Context(), body, gate.RefundSourceAPI)
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, res)
-	case gate.IsInvalid(err):
-		writeError(w, http.StatusBadRequest, gate.InvalidReason(err))
-	case errors.Is(err, gate.ErrNeverDecided):
-		writeError(w, http.StatusNotFound, err.Error())
-	case gate.RefundRefused(err):
-		writeError(w, http.StatusConflict, err.Error())
-	case errors.Is(err, gate.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		s.o.Log.Warn("refund failed", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "a store did not answer; ask again (a refund is idempotent)")
-	default:
-		s.o.Log.Error("refund failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "internal error")
+	if err != nil {
+		s.fail(w, r, err, message(err, "a store did not answer; ask again (a refund is idempotent)"))
+		return
 	}
+	writeJSON(w, http.StatusOK, res)
 }
+
+// refundParams are the query parameters GET /v1/refunds takes. A refund
+// row has no reason, so the reason filter of /v1/suppressions is refused
+// with any other parameter rather than ignored: a list that ignores a
+// filter answers a question nobody asked.
+var refundParams = []string{"scene", "recipient", "since", "until", "limit", "cursor"}
 
 // refunds serves GET /v1/refunds: refund rows newest first, filtered and
 // paged like /v1/suppressions (by refunded_at).
 func (s *server) refunds(w http.ResponseWriter, r *http.Request, q url.Values) error {
-	sf, err := suppressionFilter(q)
-	if err != nil {
+	if err := onlyParams(q, "GET /v1/refunds", refundParams); err != nil {
 		return err
 	}
-	f := gate.RefundFilter(sf)
-	f.Cursor = q.Get("cursor")
-	if f.Limit, err = parseLimit(q, maxPage); err != nil {
-		return err
+	return listPage(w, q, func(f gate.SuppressionFilter) (any, error) {
+		page, err := s.o.RefundLog.Refunds(r.Context(), gate.RefundFilter(f))
+		page.Items = nonNil(page.Items)
+		return page, err
+	})
+}
+
+// onlyParams refuses a query that names a parameter outside known, which
+// endpoint takes.
+func onlyParams(q url.Values, endpoint string, known []string) error {
+	var unknown []string
+	for name := range q {
+		if !slices.Contains(known, name) {
+			unknown = append(unknown, strconv.Quote(name))
+		}
 	}
-	page, err := s.o.RefundLog.Refunds(r.Context(), f)
-	if err != nil {
-		return err
+	if len(unknown) == 0 {
+		return nil
 	}
-	page.Items = nonNil(page.Items)
-	writeJSON(w, http.StatusOK, page)
-	return nil
+	slices.Sort(unknown)
+	noun := "parameter"
+	if len(unknown) > 1 {
+		noun = "parameters"
+	}
+	return badRequest("unknown query %s %s: %s takes %s", noun, strings.Join(unknown, ", "), endpoint, strings.Join(known, ", "))
 }

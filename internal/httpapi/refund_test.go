@@ -118,3 +118,28 @@ func TestRefundsList(t *testing.T) {
 		}
 	}
 }
+
+// TestRefundsRefusesUnknownParameters: a refund row has no reason, so
+// reason= (which /v1/suppressions takes) is refused, as is any parameter
+// the endpoint does not take, with a 400 that names it and the ones it
+// takes, rather than a list that ignores the filter.
+func TestRefundsRefusesUnknownParameters(t *testing.T) {
+	srv := newTestServer(t, &fakeStore{})
+	const takes = `GET /v1/refunds takes scene, recipient, since, until, limit, cursor`
+	for q, want := range map[string]string{
+		"reason=limit":                  `unknown query parameter "reason": ` + takes,
+		"scene=alert&reason=":           `unknown query parameter "reason": ` + takes,
+		"limit=5&sort=asc&Scene=alert":  `unknown query parameters "Scene", "sort": ` + takes,
+		"scene=alert&recipient=u:1&x=1": `unknown query parameter "x": ` + takes,
+	} {
+		code, _, body := get(t, srv, http.MethodGet, "/v1/refunds?"+q, true)
+		var e struct{ Error string }
+		if err := json.Unmarshal([]byte(body), &e); code != http.StatusBadRequest || err != nil || e.Error != want {
+			t.Errorf("GET /v1/refunds?%s: %d %s, want 400 saying %q", q, code, body, want)
+		}
+	}
+	q := "scene=alert&recipient=open_id:ou_1&since=2026-11-22T08:00:00Z&until=2026-11-23T08:00:00Z&limit=5&cursor="
+	if code, _, body := get(t, srv, http.MethodGet, "/v1/refunds?"+q, true); code != http.StatusOK {
+		t.Errorf("GET /v1/refunds?%s: %d %s, want 200: it takes every one of them", q, code, body)
+	}
+}

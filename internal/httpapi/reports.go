@@ -65,12 +65,9 @@ func (s *server) topRecipients(w http.ResponseWriter, r *http.Request, q url.Val
 	if err != nil {
 		return err
 	}
-	limit, err := parseLimit(q, maxTop)
+	limit, err := parseLimit(q, maxTop, defaultTop)
 	if err != nil {
 		return err
-	}
-	if limit == 0 {
-		limit = defaultTop
 	}
 	top, err := s.o.Trends.TopRecipients(r.Context(), since, until, limit)
 	if err != nil {
@@ -108,12 +105,9 @@ func (s *server) suppressionsCSV(w http.ResponseWriter, r *http.Request, q url.V
 	if err != nil {
 		return err
 	}
-	capRows, err := parseLimit(q, maxCSVRows)
+	capRows, err := parseLimit(q, maxCSVRows, maxCSVRows)
 	if err != nil {
 		return err
-	}
-	if capRows == 0 {
-		capRows = maxCSVRows
 	}
 	f.Limit = min(csvPageRows, capRows)
 	page, err := s.o.Reports.Suppressions(r.Context(), f)
@@ -254,12 +248,13 @@ func timeRange(q url.Values) (since, until time.Time, err error) {
 	return since, until, nil
 }
 
-// parseLimit reads limit, from 1 to most; 0 when absent. Present but
-// empty is a bad request, like any other value that is not a number.
-func parseLimit(q url.Values, most int) (int, error) {
+// parseLimit reads limit, from 1 to most; absent when it is not given.
+// Present but empty is a bad request, like any other value that is not a
+// number.
+func parseLimit(q url.Values, most, absent int) (int, error) {
 	vs, ok := q["limit"]
 	if !ok {
-		return 0, nil
+		return absent, nil
 	}
 	v := vs[0]
 	n, err := strconv.Atoi(v)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -147,10 +146,10 @@ type server struct{ o Options }
 // the handler.
 type apiFunc func(w http.ResponseWriter, r *http.Request, q url.Values) error
 
-// errors is the one place that maps domain errors to HTTP status codes.
-// It parses the query first: r.URL.Query() drops a pair it cannot read
-// (limit=5;scene=x loses both), and a query run without the filter the
-// caller asked for answers a question nobody asked.
+// errors answers the error of an apiFunc (see fail): a 503 says the audit
+// store did not answer. It parses the query first: r.URL.Query() drops a
+// pair it cannot read (limit=5;scene=x loses both), and a query run without
+// the filter the caller asked for answers a question nobody asked.
 func (s *server) errors(h apiFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q, err := url.ParseQuery(r.URL.RawQuery)
@@ -159,20 +158,8 @@ func (s *server) errors(h apiFunc) http.Handler {
 		} else {
 			err = h(w, r, q)
 		}
-		if err == nil {
-			return
-		}
-		switch {
-		case errors.Is(err, gate.ErrBadRequest):
-			writeError(w, http.StatusBadRequest, err.Error())
-		case errors.Is(err, gate.ErrNotFound):
-			writeError(w, http.StatusNotFound, err.Error())
-		case errors.Is(err, gate.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-			s.o.Log.Warn("report query failed", "path", r.URL.Path, "err", err)
-			writeError(w, http.StatusServiceUnavailable, "audit store unavailable, try again")
-		default:
-			s.o.Log.Error("report query failed", "path", r.URL.Path, "err", err)
-			writeError(w, http.StatusInternalServerError, "internal error")
+		if err != nil {
+			s.fail(w, r, err, message(err, "audit store unavailable, try again"))
 		}
 	})
 }
@@ -302,19 +289,29 @@ func (s *server) rules(w http.ResponseWriter, _ *http.Request, _ url.Values) err
 }
 
 func (s *server) suppressions(w http.ResponseWriter, r *http.Request, q url.Values) error {
+	return listPage(w, q, func(f gate.SuppressionFilter) (any, error) {
+		page, err := s.o.Reports.Suppressions(r.Context(), f)
+		page.Items = nonNil(page.Items)
+		return page, err
+	})
+}
+
+// listPage answers one page of a list endpoint (/v1/suppressions,
+// /v1/refunds): the page that read returns for the request's filters,
+// cursor and limit (at most maxPage rows).
+func listPage(w http.ResponseWriter, q url.Values, read func(gate.SuppressionFilter) (any, error)) error {
 	f, err := suppressionFilter(q)
 	if err != nil {
 		return err
 	}
 	f.Cursor = q.Get("cursor")
-	if f.Limit, err = parseLimit(q, maxPage); err != nil {
+	if f.Limit, err = parseLimit(q, maxPage, 0); err != nil {
 		return err
 	}
-	page, err := s.o.Reports.Suppressions(r.Context(), f)
+	page, err := read(f)
 	if err != nil {
 		return err
 	}
-	page.Items = nonNil(page.Items)
 	writeJSON(w, http.StatusOK, page)
 	return nil
 }

@@ -48,13 +48,20 @@ func newBusOn(t *testing.T, nc *nats.Conn) *Bus {
 // returns nil then.
 func runStaged(t *testing.T, b *Bus, start gate.BatchStarter, o ConsumeOptions) {
 	t.Helper()
+	runUntilEnd(t, "ConsumeStaged", func(ctx context.Context) error { return b.ConsumeStaged(ctx, start, o) })
+}
+
+// runUntilEnd runs a work loop (ConsumeStaged, ConsumeRefunds) until the
+// test ends, and checks that it returns nil then.
+func runUntilEnd(t *testing.T, name string, loop func(ctx context.Context) error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- b.ConsumeStaged(ctx, start, o) }()
+	go func() { done <- loop(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("ConsumeStaged returned %v", err)
+			t.Errorf("%s returned %v", name, err)
 		}
 	})
 }

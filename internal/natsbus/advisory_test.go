@@ -38,13 +38,14 @@ func newLimitedBus(t *testing.T, maxDeliver int) (*Bus, jetstream.JetStream) {
 	return b, b.JetStream()
 }
 
-// startConsume runs Consume until the test ends or stop is called.
-func startConsume(t *testing.T, b *Bus, h gate.BatchHandler) (stop func()) {
+// startConsume runs ConsumeStaged with the one-step handler h, one batch in
+// flight, until the test ends or stop is called.
+func startConsume(t *testing.T, b *Bus, h func(context.Context, []gate.Delivery) []error) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- b.Consume(ctx, h, ConsumeOptions{RetryMin: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+		done <- b.ConsumeStaged(ctx, oneStep(h), ConsumeOptions{InFlight: 1, RetryMin: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond})
 	}()
 	stopped := false
 	stop = func() {
@@ -54,7 +55,7 @@ func startConsume(t *testing.T, b *Bus, h gate.BatchHandler) (stop func()) {
 		stopped = true
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("Consume returned %v", err)
+			t.Errorf("ConsumeStaged returned %v", err)
 		}
 	}
 	t.Cleanup(stop)
@@ -178,7 +179,7 @@ func TestExhaustedMessageIsParkedFromTheAdvisory(t *testing.T) {
 // the exhausted message and parks it.
 func TestMissedAdvisoryIsParkedBySweep(t *testing.T) {
 	b, js := newLimitedBus(t, 2)
-	// The consumer exists before Consume runs, so the wait below can read it.
+	// The consumer exists before ConsumeStaged runs, so the wait below can read it.
 	if _, err := b.EnsureConsumer(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -91,22 +91,22 @@ func (o *Options) setDefaults() {
 			*d = v
 		}
 	}
-	def(&o.InSubject, "gate.in")
-	def(&o.OutSubject, "gate.out")
-	def(&o.DeadSubject, "gate.dead")
+	def(&o.InSubject, DefaultInSubject)
+	def(&o.OutSubject, DefaultOutSubject)
+	def(&o.DeadSubject, DefaultDeadSubject)
 	def(&o.CheckSubject, DefaultCheckSubject)
 	def(&o.RefundSubject, DefaultRefundSubject)
 	defd(&o.InMaxAge, 7*24*time.Hour)
 	defd(&o.OutMaxAge, 72*time.Hour)
-	defd(&o.OutDuplicates, 2*time.Hour)
+	defd(&o.OutDuplicates, DefaultOutDuplicates)
 	defd(&o.DeadMaxAge, 30*24*time.Hour)
 	defd(&o.RefundMaxAge, 7*24*time.Hour)
-	defd(&o.AckWait, 5*time.Second)
+	defd(&o.AckWait, DefaultAckWait)
 	if o.MaxMsgBytes <= 0 {
 		o.MaxMsgBytes = 1 << 20
 	}
 	if o.MaxAckPending <= 0 {
-		o.MaxAckPending = 1000
+		o.MaxAckPending = DefaultMaxAckPending
 	}
 	if o.MaxDeliver <= 0 {
 		o.MaxDeliver = -1

@@ -28,6 +28,16 @@ func startServer(t *testing.T) *nats.Conn {
 	return nc
 }
 
+// oneStep is a handler that decides a batch in one step, as the tests of
+// settling need, made the gate.BatchStarter ConsumeStaged takes: it decides
+// at start, and its finish hands the outcomes over.
+func oneStep(h func(context.Context, []gate.Delivery) []error) gate.BatchStarter {
+	return func(ctx context.Context, batch []gate.Delivery) func() []error {
+		errs := h(ctx, batch)
+		return func() []error { return errs }
+	}
+}
+
 // newBus is a Bus with the default options on a fresh embedded server.
 func newBus(ctx context.Context, t *testing.T) *Bus {
 	t.Helper()
@@ -196,7 +206,7 @@ func TestConsumeSettlesEachMessage(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- b.Consume(ctx, handler, ConsumeOptions{RetryMin: 50 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+		done <- b.ConsumeStaged(ctx, oneStep(handler), ConsumeOptions{InFlight: 1, RetryMin: 50 * time.Millisecond, RetryMax: 100 * time.Millisecond})
 	}()
 	deadline := time.After(10 * time.Second)
 	retries := 0
@@ -221,7 +231,7 @@ func TestConsumeSettlesEachMessage(t *testing.T) {
 	}
 	cancel()
 	if err := <-done; err != nil {
-		t.Errorf("Consume returned %v on shutdown", err)
+		t.Errorf("ConsumeStaged returned %v on shutdown", err)
 	}
 }
 
@@ -253,7 +263,7 @@ func TestConsumeReadsProducerHeaders(t *testing.T) {
 		return make([]error, len(batch))
 	}
 	done := make(chan error, 1)
-	go func() { done <- b.Consume(ctx, handler, ConsumeOptions{}) }()
+	go func() { done <- b.ConsumeStaged(ctx, oneStep(handler), ConsumeOptions{InFlight: 1}) }()
 	want := map[string]gate.Delivery{
 		"with":    {HeaderID: "m1", HeaderScene: "alert.disk_full", HeaderRecipient: "open_id:ou_1", HeaderPriority: "urgent", HeaderTZ: "Asia/Shanghai"},
 		"without": {},
@@ -280,7 +290,7 @@ func TestConsumeReadsProducerHeaders(t *testing.T) {
 	}
 	cancel()
 	if err := <-done; err != nil {
-		t.Errorf("Consume returned %v on shutdown", err)
+		t.Errorf("ConsumeStaged returned %v on shutdown", err)
 	}
 }
 

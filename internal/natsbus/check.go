@@ -3,6 +3,7 @@ package natsbus
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -23,12 +24,16 @@ const (
 	DefaultCheckTimeout = 10 * time.Second
 )
 
-// CheckOptions configure ServeChecks; zero values take the defaults above.
-// The subject is the bus's (Options.CheckSubject).
+// CheckOptions configure ServeChecks; zero values take the defaults above,
+// but Status is required. The subject is the bus's (Options.CheckSubject).
 type CheckOptions struct {
 	Queue    string
 	InFlight int
 	Timeout  time.Duration
+	// Status is the HTTP status of a failure's class (httpapi.Status): a
+	// failed check's reply carries the status POST /v1/check would have
+	// answered, so the API's one map of classes to statuses serves both.
+	Status func(gate.Class) int
 }
 
 // CheckFunc answers a check from its JSON body (the pipeline's Checker).
@@ -51,6 +56,9 @@ type checkError struct {
 // decided: nobody would read the answer, and a check that is not read must
 // not take a slot.
 func (b *Bus) ServeChecks(ctx context.Context, check CheckFunc, o CheckOptions) error {
+	if o.Status == nil {
+		return errors.New("serve checks: CheckOptions.Status is required")
+	}
 	if o.Queue == "" {
 		o.Queue = DefaultCheckQueue
 	}
@@ -74,7 +82,7 @@ func (b *Bus) ServeChecks(ctx context.Context, check CheckFunc, o CheckOptions) 
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			b.answerCheck(check, m, o.Timeout)
+			b.answerCheck(check, m, o)
 		})
 	})
 	if err != nil {
@@ -94,17 +102,17 @@ func (b *Bus) ServeChecks(ctx context.Context, check CheckFunc, o CheckOptions) 
 }
 
 // answerCheck answers one check request.
-func (b *Bus) answerCheck(check CheckFunc, m *nats.Msg, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+func (b *Bus) answerCheck(check CheckFunc, m *nats.Msg, o CheckOptions) {
+	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 	defer cancel()
 	var reply any
 	a, err := check(ctx, m.Data)
 	if err != nil {
-		status, msg := gate.CheckFailure(err)
+		status := o.Status(gate.Classify(err))
 		if status >= 500 {
 			b.log.Warn("check failed", "subject", m.Subject, "status", status, "err", err)
 		}
-		reply = checkError{Error: msg, Status: status}
+		reply = checkError{Error: gate.CheckFailure(err), Status: status}
 	} else {
 		reply = a
 	}

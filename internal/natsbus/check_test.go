@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,7 +26,7 @@ func serveChecks(t *testing.T, b *Bus, check CheckFunc) {
 	go func() {
 		done <- b.ServeChecks(ctx, func(ctx context.Context, body []byte) (gate.CheckAnswer, error) {
 			return check(ctx, body)
-		}, CheckOptions{})
+		}, CheckOptions{Status: status})
 	}()
 	// The subscription is in place once a request is answered.
 	go func() {
@@ -43,6 +44,18 @@ func serveChecks(t *testing.T, b *Bus, check CheckFunc) {
 			t.Errorf("ServeChecks: %v", err)
 		}
 	})
+}
+
+// status stands for httpapi.Status, which cmd/gate hands ServeChecks (an
+// adapter imports no other): the statuses of the classes a check meets.
+func status(c gate.Class) int {
+	switch c {
+	case gate.ClassPark:
+		return 400
+	case gate.ClassUnavailable:
+		return 503
+	}
+	return 500
 }
 
 // request sends body on b's check subject and decodes the reply.
@@ -165,5 +178,18 @@ func TestServeChecksOnItsSubject(t *testing.T) {
 	}
 	if _, err := b.nc.Request(DefaultCheckSubject, []byte(`{"id":"x"}`), 5*time.Second); !errors.Is(err, nats.ErrNoResponders) {
 		t.Errorf("check on %s: %v, want no responders", DefaultCheckSubject, err)
+	}
+}
+
+// TestServeChecksNeedsStatus: without the map of classes to statuses a
+// failed check's reply could not say its status; ServeChecks refuses to
+// start rather than answer 0.
+func TestServeChecksNeedsStatus(t *testing.T) {
+	b := newBus(t.Context(), t)
+	err := b.ServeChecks(t.Context(), func(context.Context, []byte) (gate.CheckAnswer, error) {
+		return gate.CheckAnswer{}, nil
+	}, CheckOptions{})
+	if err == nil || !strings.Contains(err.Error(), "Status is required") {
+		t.Errorf("ServeChecks without Status: %v, want it refused", err)
 	}
 }

@@ -2,7 +2,6 @@ package natsbus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -21,24 +20,20 @@ const (
 	DefaultRefundSubject = "gate.refund"
 )
 
-// RefundOptions tune ConsumeRefunds. Zero values take the defaults shown.
-// The subject and the stream's age bound are the bus's (Options).
+// RefundOptions tune ConsumeRefunds. Zero values take the defaults shown
+// (DefaultRetryMin, DefaultRetryMax). The subject and the stream's age
+// bound are the bus's (Options).
 type RefundOptions struct {
 	// RetryMin and RetryMax bound the delay before a refund that met a
 	// transient failure is redelivered; it doubles with each delivery
 	// (500ms, 30s).
 	RetryMin, RetryMax time.Duration
-	Metrics            *metrics.Metrics // optional: counts invalid bodies and retries
+	Metrics            *metrics.Metrics // optional: counts retries and panics
 }
 
-func (o *RefundOptions) setDefaults() {
-	if o.RetryMin <= 0 {
-		o.RetryMin = 500 * time.Millisecond
-	}
-	if o.RetryMax <= 0 {
-		o.RetryMax = 30 * time.Second
-	}
-}
+// refundPull is how many refunds the consumer asks for ahead of the one in
+// hand.
+const refundPull = 16
 
 // refundStream is GATE_REFUND as the gate creates it: a work queue (a
 // refund leaves it once handled) on the refund subject.
@@ -75,97 +70,37 @@ func (b *Bus) ensureRefunds(ctx context.Context) (jetstream.Consumer, error) {
 }
 
 // ConsumeRefunds hands every refund published on the refund subject
-// (Options.RefundSubject) to
-// refunder, one at a time, until ctx is cancelled; then it stops pulling,
-// finishes the refund in hand and returns nil. The transport alone settles
-// each refund from refunder's verdict: done or already done, ack; refused
-// (gate.RefundRefused: never decided, not forwarded), logged and acked,
-// since asking again gets the same answer; a body no gate can read, parked
-// on the dead letter with its reason and terminated, like a malformed
-// message; anything else (a store down), a delayed redelivery, so that no
-// refund is lost.
-func (b *Bus) ConsumeRefunds(ctx context.Context, refunder gate.Refunder, o RefundOptions) error {
-	o.setDefaults()
-	for {
-		cons, err := b.ensureRefunds(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			b.log.Error("refund consumer unavailable, retrying", "err", err)
-			if !sleep(ctx, 2*time.Second) {
-				return nil
-			}
-			continue
-		}
-		if !b.consumeRefunds(ctx, cons, refunder, o) {
-			return nil
-		}
-		b.log.Warn("refund consumer lost, recreating it")
-	}
+// (Options.RefundSubject) to refunder, one at a time, until ctx is
+// cancelled; then it stops pulling, finishes the refund in hand and returns
+// nil. It is ConsumeStaged's work loop, with batches of one handled within
+// AckWait, so each refund is settled from refunder's verdict by its class:
+// done or already done, ack; refused (gate.RefundRefused: never decided,
+// not forwarded), logged and acked, since asking again gets the same
+// answer; a body no gate can read, parked on the dead letter with its
+// reason and terminated, like a malformed message; anything else (a store
+// down), a delayed redelivery, so that no refund is lost.
+func (b *Bus) ConsumeRefunds(ctx context.Context, refunder gate.Refunder, ro RefundOptions) error {
+	o := ConsumeOptions{Batch: 1, InFlight: 1, HandleTimeout: b.opts.AckWait, RetryMin: ro.RetryMin, RetryMax: ro.RetryMax, Metrics: ro.Metrics}
+	o.setDefaults(b.opts.AckWait)
+	w := &work{b: b, consumer: RefundConsumerName, noun: "refund", ensure: b.ensureRefunds,
+		start: b.refunds(refunder), pull: refundPull, parkHeader: refundParkHeader, o: o}
+	w.run(ctx)
+	return nil
 }
 
-// consumeRefunds runs one message iterator; it reports whether the
-// consumer vanished and must be recreated.
-func (b *Bus) consumeRefunds(ctx context.Context, cons jetstream.Consumer, refunder gate.Refunder, o RefundOptions) (restart bool) {
-	it, err := cons.Messages(jetstream.PullMaxMessages(16), jetstream.PullHeartbeat(5*time.Second))
-	if err != nil {
-		return true
-	}
-	stop := context.AfterFunc(ctx, it.Drain)
-	defer stop()
-	for {
-		m, err := it.Next()
-		switch {
-		case err == nil:
-			b.settleRefund(m, refunder, o)
-		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
-			return false
-		case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
-			it.Stop()
-			return ctx.Err() == nil
-		default:
-			b.log.Debug("refund pull", "err", err)
+// refunds is refunder as a work loop's handler: each refund of a batch
+// refunded in turn, with source nats.
+func (b *Bus) refunds(refunder gate.Refunder) gate.BatchStarter {
+	return func(ctx context.Context, batch []gate.Delivery) func() []error {
+		errs := make([]error, len(batch))
+		for i, d := range batch {
+			res, err := refunder.Refund(ctx, d.Data, gate.RefundSourceNATS)
+			if err == nil {
+				b.log.Debug("refund handled", "seq", d.Seq, "id", res.MessageID, "already_refunded", res.AlreadyRefunded)
+			}
+			errs[i] = err
 		}
-	}
-}
-
-// settleRefund handles one refund and settles it; see ConsumeRefunds.
-// Handling never uses the consume context: a shutdown lets the refund in
-// hand finish, bounded by AckWait.
-func (b *Bus) settleRefund(m jetstream.Msg, refunder gate.Refunder, o RefundOptions) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.opts.AckWait)
-	defer cancel()
-	var seq, delivered uint64 = 0, 1
-	if md, err := m.Metadata(); err == nil {
-		seq, delivered = md.Sequence.Stream, md.NumDelivered
-	}
-	res, err := refunder.Refund(ctx, m.Data(), gate.RefundSourceNATS)
-	switch {
-	case err == nil:
-		b.log.Debug("refund handled", "seq", seq, "id", res.MessageID, "already_refunded", res.AlreadyRefunded)
-		if aerr := m.Ack(); aerr != nil {
-			b.log.Warn("refund ack failed; it will be redelivered and found refunded", "seq", seq, "err", aerr)
-		}
-	case gate.RefundRefused(err):
-		b.log.Warn("refund refused", "seq", seq, "err", err)
-		if aerr := m.Ack(); aerr != nil {
-			b.log.Warn("refund ack failed; it will be redelivered and refused again", "seq", seq, "err", aerr)
-		}
-	case gate.IsInvalid(err):
-		reason := gate.InvalidReason(err)
-		if derr := b.DeadLetter(ctx, m.Data(), refundParkHeader(m.Headers(), seq), seq, reason); derr != nil {
-			b.log.Error("dead letter of a refund failed; will retry", "seq", seq, "err", derr)
-			b.nakRefund(m, seq, delivered, o)
-			return
-		}
-		b.log.Warn("refund parked on dead letter", "seq", seq, "subject", b.opts.DeadSubject, "reason", reason)
-		if terr := m.Term(); terr != nil {
-			b.log.Warn("term failed; the refund will be redelivered and parked again (deduplicated)", "seq", seq, "err", terr)
-		}
-	default:
-		b.log.Warn("refund not handled, will retry", "seq", seq, "delivery", delivered, "err", err)
-		b.nakRefund(m, seq, delivered, o)
+		return func() []error { return errs }
 	}
 }
 
@@ -186,13 +121,4 @@ func refundParkHeader(h nats.Header, seq uint64) nats.Header {
 	}
 	out.Set(jetstream.MsgIDHeader, id)
 	return out
-}
-
-func (b *Bus) nakRefund(m jetstream.Msg, seq, delivered uint64, o RefundOptions) {
-	if o.Metrics != nil {
-		o.Metrics.Redeliveries.Inc()
-	}
-	if err := m.NakWithDelay(Backoff(delivered, o.RetryMin, o.RetryMax)); err != nil {
-		b.log.Warn("nak failed; the refund will be redelivered after AckWait", "seq", seq, "err", err)
-	}
 }

@@ -14,8 +14,8 @@ import (
 )
 
 // scriptedRefunder answers refunds by id: "ok" is refunded, "refused"
-// never decided, "flaky" fails transiently on its first try; a body that
-// is not {"id": …} is invalid. It records every id it is asked.
+// never decided, "flaky" fails transiently on its first try, "boom" panics;
+// a body that is not {"id": …} is invalid. It records every id it is asked.
 type scriptedRefunder struct {
 	mu    sync.Mutex
 	asked []string
@@ -34,6 +34,8 @@ func (s *scriptedRefunder) Refund(_ context.Context, body []byte, src gate.Refun
 		s.flaky++
 	}
 	switch {
+	case id == "boom":
+		panic("refund of boom")
 	case id == "refused":
 		return gate.RefundResult{}, fmt.Errorf("refund: %w", gate.ErrNeverDecided)
 	case id == "flaky" && s.flaky == 1:
@@ -48,6 +50,12 @@ func (s *scriptedRefunder) calls() []string {
 	return append([]string(nil), s.asked...)
 }
 
+// runRefunds runs ConsumeRefunds until the test ends.
+func runRefunds(t *testing.T, b *Bus, ref gate.Refunder, o RefundOptions) {
+	t.Helper()
+	runUntilEnd(t, "ConsumeRefunds", func(ctx context.Context) error { return b.ConsumeRefunds(ctx, ref, o) })
+}
+
 // TestConsumeRefunds: refunds on gate.refund are handed over with source
 // nats and settled by their verdict: done and refused ones acked, a
 // transient failure retried until it succeeds, a malformed body parked on
@@ -59,17 +67,7 @@ func TestConsumeRefunds(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := &scriptedRefunder{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- b.ConsumeRefunds(ctx, ref, RefundOptions{RetryMin: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ConsumeRefunds: %v", err)
-		}
-	}()
+	runRefunds(t, b, ref, RefundOptions{RetryMin: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond})
 
 	js := b.JetStream()
 	// The consumer creates the stream: wait for it, as a sender would
@@ -117,6 +115,39 @@ func TestConsumeRefunds(t *testing.T) {
 	}
 }
 
+// TestRefundThatPanicsIsParked: a refund whose handling panics does not
+// end the process (the work loop of gate.in recovers it): asked again alone,
+// it panics again and is parked on the dead letter with the panic as its
+// reason, and the refunds after it are handled.
+func TestRefundThatPanicsIsParked(t *testing.T) {
+	b, err := New(t.Context(), startServer(t), Options{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := b.JetStream()
+	for _, body := range []string{`{"id":"boom"}`, `{"id":"ok"}`} {
+		if _, err := js.Publish(t.Context(), DefaultRefundSubject, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ref := &scriptedRefunder{}
+	runRefunds(t, b, ref, RefundOptions{})
+	for deadline := time.Now().Add(20 * time.Second); len(ref.calls()) < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("refunds asked %v, want boom twice and ok", ref.calls())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got, want := fmt.Sprint(ref.calls()), "[boom/nats boom/nats ok/nats]"; got != want {
+		t.Errorf("refunds asked %s, want %s", got, want)
+	}
+	dead := waitDead(t, js, 1)
+	if string(dead[0].Data) != `{"id":"boom"}` || dead[0].Header.Get(HeaderError) != PanicReason("refund of boom") ||
+		dead[0].Header.Get(jetstream.MsgIDHeader) != StreamIn+":id:refund:seq:1" {
+		t.Errorf("dead letter %q, headers %v; want the refund that panicked, parked with its panic", dead[0].Data, dead[0].Header)
+	}
+}
+
 // TestRefundSubject: New creates GATE_REFUND on the bus's refund subject,
 // and ConsumeRefunds reads refunds there.
 func TestRefundSubject(t *testing.T) {
@@ -133,15 +164,7 @@ func TestRefundSubject(t *testing.T) {
 		t.Fatalf("%s captures %v, want [ops.refund]", StreamRefund, subj)
 	}
 	ref := &scriptedRefunder{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.ConsumeRefunds(ctx, ref, RefundOptions{}) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ConsumeRefunds: %v", err)
-		}
-	}()
+	runRefunds(t, b, ref, RefundOptions{})
 	if _, err := js.Publish(t.Context(), "ops.refund", []byte(`{"id":"ok"}`)); err != nil {
 		t.Fatal(err)
 	}

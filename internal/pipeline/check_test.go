@@ -403,8 +403,8 @@ func TestCheckStoreDown(t *testing.T) {
 	if !errors.Is(err, gate.ErrUnavailable) || !errors.Is(err, ErrCheckStore) {
 		t.Errorf("retry scene: got %v, want an unavailable store", err)
 	}
-	if status, _ := gate.CheckFailure(err); status != 503 {
-		t.Errorf("status %d, want 503", status)
+	if c := gate.Classify(err); c != gate.ClassUnavailable {
+		t.Errorf("class %d, want ClassUnavailable (503)", c)
 	}
 	if len(f.ledger.recs) != 0 {
 		t.Error("a check the store did not answer was recorded")

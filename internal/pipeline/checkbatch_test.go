@@ -90,8 +90,8 @@ func TestCheckBatchCommitFails(t *testing.T) {
 	f.ledger.fail = func([]gate.Record) error { return fmt.Errorf("pg: %w", gate.ErrUnavailable) }
 	a, errs := f.decide(t, checkBody("a", "s", ""), checkBody("b", "s", ""), checkBody("c", "open", `,"dry_run":true`))
 	for i := range 2 {
-		if status, _ := gate.CheckFailure(errs[i]); status != 503 || !errors.Is(errs[i], ErrCheckStore) {
-			t.Errorf("check %d: got %v (status %d), want 503", i, errs[i], status)
+		if c := gate.Classify(errs[i]); c != gate.ClassUnavailable || !errors.Is(errs[i], ErrCheckStore) {
+			t.Errorf("check %d: got %v (class %d), want ClassUnavailable (503)", i, errs[i], c)
 		}
 	}
 	if errs[2] != nil || !a[2].DryRun || !a[2].Admitted {
@@ -180,7 +180,7 @@ func TestCheckBatchCallerGone(t *testing.T) {
 	}
 	cancel()
 	y := <-gone
-	if status, _ := gate.CheckFailure(y.err); status != 503 || !errors.Is(y.err, context.Canceled) {
+	if gate.Classify(y.err) != gate.ClassUnavailable || !errors.Is(y.err, context.Canceled) {
 		t.Errorf("the caller that gave up: got %+v, %v; want a 503 for its cancellation", y.a, y.err)
 	}
 	close(held.release)
