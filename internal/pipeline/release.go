@@ -110,12 +110,12 @@ func (r *Releaser) settle(ctx context.Context, rules *gate.RuleSet, now time.Tim
 			continue
 		}
 		if rows[0].Kind == gate.HoldDigest {
-			rd.planDigest(rows)
+			rd.planDigest(ctx, rows)
 		} else {
-			rd.planDefer(rows)
+			rd.planDefer(ctx, rows)
 		}
 	}
-	if err := rd.admit(ctx); err != nil {
+	if err := rd.decide(ctx); err != nil {
 		return nil, err
 	}
 	for _, q := range rd.queues {

@@ -69,6 +69,11 @@ const (
 	// fails alone with the store's reason, a dry run records nothing, and
 	// the window store reports the tightest limit.
 	checks
+	// releases are the held messages (and digests) a Releaser round asks
+	// the window store about: as messages, except that one never fails
+	// open. A store that fails fails the round, which is rolled back: the
+	// message stays held, as it was.
+	releases
 )
 
 // item is one message (or check) on its way through the core.
