@@ -13,9 +13,10 @@ import (
 //	parse:   toDecide | invalid | twin; the ledger lookup: -> prior
 //	wait:    toDecide -> decided (held behind its queue) | failed (a
 //	         check whose queue the store refused or could not look at)
-//	admit:   toDecide -> invalid (a message the store refused) | failed
-//	         (a check it refused, or a store down and no fail open) |
-//	         decided (failed open)
+//	admit:   toDecide -> invalid (a message or held one the store
+//	         refused) | failed (a check it refused, or a store down and
+//	         no fail open: a held one never fails open) | decided (failed
+//	         open)
 //	resolve: toDecide -> decided
 //	commit:  decided | invalid -> committed (decided only) | invalid
 //	         (parked) | failed | prior (a message whose key the ledger
