@@ -72,9 +72,10 @@ func slotOf(res gate.AdmitResult, dryRun bool) slot {
 }
 
 // failOpen handles a window store that could not answer: the items it did
-// did not answer whose scene fails open are forwarded unchecked
-// (gate.FailOpen, the one place the fail-open rule is decided); every
-// other one fails, to be retried.
+// not answer whose scene fails open are forwarded unchecked (gate.FailOpen,
+// the one place the fail-open rule is decided), unless they are held
+// messages (releases), which stay held; every other one fails, to be
+// retried.
 func (c *core) failOpen(k kind, items []item, answered []bool, err error) {
 	err = k.unavailable("window", "admit", err)
 	now := c.now()
@@ -83,7 +84,7 @@ func (c *core) failOpen(k kind, items []item, answered []bool, err error) {
 		if it.state != toDecide || it.plan.Request == nil || answered[i] {
 			continue
 		}
-		if d, ok := gate.FailOpen(it.plan, now); ok {
+		if d, ok := gate.FailOpen(it.plan, now); ok && k != releases {
 			it.decide(d)
 			continue
 		}

@@ -259,7 +259,7 @@ func (c *Checker) answerFirst(it *checkItem, tried int, taken []gate.AdmitReques
 	defer cancel()
 	first, err := c.first(ctx, it.req.Message.ID, tried)
 	if err != nil || !first.Admitted {
-		c.core.forget(ctx, taken, "a check's admission taken back stays counted in its windows")
+		c.core.forgetLogged(ctx, taken, "a check's admission taken back stays counted in its windows")
 	}
 	it.resolve(first, err)
 }

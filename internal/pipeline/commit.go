@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"log/slog"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -71,7 +70,7 @@ func (c *core) commit(ctx context.Context, k kind, rules *gate.RuleSet, items []
 			it.state = committed
 		}
 	}
-	c.forget(ctx, forget, "admissions taken back stay counted in their windows")
+	c.forgetLogged(ctx, forget, "admissions taken back stay counted in their windows")
 }
 
 // commitRecords commits batch, in halves while the audit log refuses a part
@@ -211,21 +210,24 @@ func sharesSlot(prior gate.Prior, d gate.Decision) bool {
 	return prior.Outcome == gate.OutcomeForward && !d.At.IsZero() && !prior.At.Before(d.At)
 }
 
-// forget takes admissions back out of their windows; a failure is logged
-// as what. A retry would not help: the message either keeps the outcome
-// the ledger holds, which its redelivery finds before reaching the window,
-// or is parked. The id then fills a place in its window until it slides
-// out, which holds back more, never less.
-func (c *core) forget(ctx context.Context, reqs []gate.AdmitRequest, what string) {
-	forget(ctx, c.store, c.log, reqs, what)
+// forget takes admissions back out of their windows, through the window
+// store's port (which counts a failure): the one forget stage of the core,
+// for every front end. It returns the store's error; forgetLogged is
+// forget for a front end that cannot retry it.
+func (c *core) forget(ctx context.Context, reqs []gate.AdmitRequest) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	return c.store.Forget(ctx, reqs)
 }
 
-// forget is core.forget for any front end with a window store.
-func forget(ctx context.Context, store gate.WindowStore, log *slog.Logger, reqs []gate.AdmitRequest, what string) {
-	if len(reqs) == 0 {
-		return
-	}
-	if err := store.Forget(ctx, reqs); err != nil {
-		log.Warn(what, "ids", len(reqs), "err", err)
+// forgetLogged is forget, a failure logged as what. A retry would not
+// help: the message either keeps the outcome the ledger holds, which its
+// redelivery finds before reaching the window, or is parked (or, for the
+// Releaser, stays held). The id then fills a place in its window until it
+// slides out, which holds back more, never less.
+func (c *core) forgetLogged(ctx context.Context, reqs []gate.AdmitRequest, what string) {
+	if err := c.forget(ctx, reqs); err != nil {
+		c.log.Warn(what, "ids", len(reqs), "err", err)
 	}
 }

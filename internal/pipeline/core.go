@@ -64,7 +64,7 @@ func (c *core) decide(ctx context.Context, k kind, rules *gate.RuleSet, items []
 // cannot hold) is an *gate.InvalidError instead: asked again, the check
 // fails again.
 func (k kind) unavailable(store, op string, err error) error {
-	if k == messages {
+	if k != checks {
 		if errors.Is(err, gate.ErrUnavailable) {
 			return err
 		}

@@ -16,8 +16,15 @@
 //     messages would be, dry or not, each answered alone.
 //   - Releaser: settles held messages (on_exceed defer or digest, quiet
 //     hours) as they come due: released, digested, or given their
-//     fallback, through the same window store and forwarder.
-//   - Refunder: takes a forwarded message out of its windows again.
+//     fallback. Each round gives every due message a step (settle.go);
+//     the messages (and digests) whose windows it asks go through the
+//     core's plan, admit (as kind releases: a store that fails fails the
+//     round, which is rolled back, for a held message never fails open)
+//     and resolve, and the admissions of those that stay held behind an
+//     earlier one through its forget. Its forwards are its own: a round
+//     publishes all or nothing.
+//   - Refunder: takes a forwarded message out of its windows again,
+//     through the core's forget.
 //
 // Read in flow order, the files are one message's path: state.go (the
 // per-message state), core.go, plan.go, wait.go, admit.go, resolve.go,
@@ -29,7 +36,8 @@
 // The one place each rule is decided: a preference rule in plan
 // (gate.PlanWithPreferences), a hold behind a queue in wait (gate.Queued),
 // the fail-open rule in admit's failOpen (gate.FailOpen), every other
-// outcome in resolve (gate.Resolve).
+// outcome in resolve (gate.Resolve); what becomes of a held message past
+// its expiry, or whose scene lost its rule, in settle.go.
 //
 // One message can neither crash nor stall it: a record the audit log
 // refuses for good (gate.ErrPermanent) is isolated from the rest of its
@@ -66,7 +74,10 @@
 //     verdict (a message is retried).
 //   - slot: what the window store recorded for an item: noSlot, duplicate
 //     (the id was there already) or counted.
-//   - forget: take admissions back out of their windows.
+//   - forget: take admissions back out of their windows (core.forget;
+//     forgetLogged where a failure cannot be retried, only logged).
+//   - kind: the front end a batch of items comes from: messages, checks
+//     or releases (the held messages a Releaser round asks about).
 //   - wait: hold an item behind the held messages of its queue.
 //   - busy: a queue a batch in flight holds messages in, unknown to the
 //     hold store until that batch commits.
@@ -79,6 +90,8 @@
 //   - replay: publish again the forward the ledger holds for a message
 //     that came back.
 //   - settle: the Releaser's deciding of held messages that came due.
+//   - step: what a Releaser round does with one held message: wait, ask
+//     its windows, release, fall back or reschedule.
 //   - first claim: the message or check whose commit put a key in the
 //     ledger; a check in conflict is answered with its answer
 //     (Checker.answerFirst).

@@ -11,7 +11,8 @@ import (
 
 // The options and constructors of the four front ends, defaulted the one
 // way (defaults, orDefault) and wired the one way: each port wrapped with
-// its metrics (instrument), the core built over the wrapped ports.
+// its metrics (instrument), the core built over the wrapped ports
+// (newCore).
 
 // Options are the pipeline's dependencies. Rules, Store, Audit and
 // Forwarder are required.
@@ -67,7 +68,7 @@ func New(o Options) (*Pipeline, error) {
 	close(done)
 	return &Pipeline{
 		o:        o,
-		core:     core{store: o.Store, audit: o.Audit, holds: o.Holds, prefs: o.Preferences, m: o.Metrics, log: o.Log, now: o.Now},
+		core:     newCore(o.Store, o.Audit, o.Holds, o.Preferences, o.Metrics, o.Log, o.Now),
 		inFlight: make(map[string]chan struct{}), forwarded: done, held: make(map[gate.Queue]int),
 	}, nil
 }
@@ -105,7 +106,7 @@ func NewChecker(o CheckOptions) (*Checker, error) {
 	defaults(&o.Log, &o.Now)
 	instrument(o.Metrics, &o.Store, &o.Audit, &o.Holds, &o.Preferences, nil)
 	o.Answers = instrumentAnswers(o.Metrics, o.Answers)
-	return &Checker{o: o, core: core{store: o.Store, audit: o.Audit, holds: o.Holds, prefs: o.Preferences, m: o.Metrics, log: o.Log, now: o.Now}}, nil
+	return &Checker{o: o, core: newCore(o.Store, o.Audit, o.Holds, o.Preferences, o.Metrics, o.Log, o.Now)}, nil
 }
 
 // Defaults of a Releaser.
@@ -152,7 +153,10 @@ func NewReleaser(o ReleaserOptions) (*Releaser, error) {
 	orDefault(&o.Queues, DefaultReleaseQueues)
 	orDefault(&o.PerQueue, DefaultReleasePerQueue)
 	orDefault(&o.Timeout, DefaultReleaseTimeout)
-	return &Releaser{o: o}, nil
+	// The core serves the releaser's plan, admit, resolve and forget
+	// stages; held messages wait behind nothing (they are the held ones)
+	// and have no preferences applied, as when they were held.
+	return &Releaser{o: o, core: newCore(o.Store, nil, nil, nil, o.Metrics, o.Log, o.Now)}, nil
 }
 
 // RefunderOptions are a Refunder's dependencies. Rules, Store, Ledger and
@@ -176,7 +180,17 @@ func NewRefunder(o RefunderOptions) (*Refunder, error) {
 		return nil, errors.New("refunder: rules, store, ledger and refund log are required")
 	}
 	defaults(&o.Logger, &o.Now)
-	return &Refunder{o: o}, nil
+	instrument(o.Metrics, &o.Store, nil, nil, nil, nil)
+	// The core serves the refunder's forget stage only.
+	return &Refunder{o: o, core: newCore(o.Store, nil, nil, nil, o.Metrics, o.Logger, o.Now)}, nil
+}
+
+// newCore is the core over the ports of a front end, wrapped already
+// (instrument); audit, holds and prefs may be nil where the front end
+// calls no stage that needs them.
+func newCore(store gate.WindowStore, audit gate.AuditLog, holds gate.HoldStore, prefs gate.PreferenceStore,
+	m *metrics.Metrics, log *slog.Logger, now func() time.Time) core {
+	return core{store: store, audit: audit, holds: holds, prefs: prefs, m: m, log: log, now: now}
 }
 
 // defaults fills what is unset of log and now: a logger that discards, and

@@ -92,7 +92,7 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 		// Should commit or forward panic, the next batch still gets its
 		// turn once this one's has come, not only at its own deadline.
 		defer func() { awaitTurn(); close(forwarded) }()
-		p.core.forget(ctx, unadmit, "admissions taken back stay counted in their windows")
+		p.core.forgetLogged(ctx, unadmit, "admissions taken back stay counted in their windows")
 		p.core.commit(ctx, messages, rules, items)
 		awaitTurn()
 		p.forward(ctx, rules, items)

@@ -9,8 +9,8 @@ import (
 	"github.com/antifatigue/gate/internal/metrics"
 )
 
-// The ports are wrapped at wiring time (New, NewChecker, NewReleaser), in
-// the way of watermill's middleware: every call is timed
+// The ports are wrapped at wiring time (New, NewChecker, NewReleaser,
+// NewRefunder), in the way of watermill's middleware: every call is timed
 // (gate_store_latency_seconds{store,op}) and every failed one counted
 // (gate_store_errors_total{store,op}) on the way in and out, so that the
 // stages call the ports plainly. store is the label of the dependency:
@@ -50,7 +50,7 @@ func (c *core) failedCall(store, op string) { countFailure(c.m, store, op) }
 
 // windowPort is a gate.WindowStore, observed. An Admit that does not answer
 // one result per request is a failure like any other, retried: the core
-// and the releaser read the results by index.
+// reads the results by index.
 type windowPort struct {
 	gate.WindowStore
 	m *metrics.Metrics

@@ -10,7 +10,12 @@ import (
 
 // Refunder takes a forwarded message out of every window it counted in, on
 // its sender's word that delivery failed; see gate.Refunder.
-type Refunder struct{ o RefunderOptions }
+type Refunder struct {
+	o RefunderOptions
+	// core serves its forget stage: the window store's Forget, through its
+	// port (a failure counted as the other front ends' are).
+	core core
+}
 
 var _ gate.Refunder = (*Refunder)(nil)
 
@@ -58,7 +63,7 @@ func (r *Refunder) Refund(ctx context.Context, body []byte, source gate.RefundSo
 		return gate.RefundResult{}, err
 	}
 	req := gate.RefundRequestOf(r.o.Rules.Current(), e)
-	if err := r.o.Store.Forget(ctx, []gate.AdmitRequest{req}); err != nil {
+	if err := r.core.forget(ctx, []gate.AdmitRequest{req}); err != nil {
 		return gate.RefundResult{}, fmt.Errorf("refund %q: %w", id, err)
 	}
 	row, recorded, err := r.o.Log.RecordRefund(ctx, gate.Refund{

@@ -15,6 +15,9 @@ import (
 // time.
 type Releaser struct {
 	o ReleaserOptions
+	// core serves the stages a round shares with the other front ends:
+	// plan, admit, resolve, forget (see round).
+	core core
 	// failing is the run of failed rounds under way, if any: a store that
 	// is down is logged once a minute, not every round.
 	failing ratelog.Run
@@ -107,25 +110,20 @@ func (r *Releaser) settle(ctx context.Context, rules *gate.RuleSet, now time.Tim
 			continue
 		}
 		if rows[0].Kind == gate.HoldDigest {
-			rd.planDigest(rows)
+			rd.planDigest(ctx, rows)
 		} else {
-			rd.planDefer(rows)
+			rd.planDefer(ctx, rows)
 		}
 	}
-	if err := rd.admit(ctx); err != nil {
+	if err := rd.decide(ctx); err != nil {
 		return nil, err
 	}
 	for _, q := range rd.queues {
 		q.finish(rd)
 	}
-	r.forget(ctx, rd.unadmit)
+	r.core.forgetLogged(ctx, rd.unadmit, "admissions of messages that stay held stay counted in their windows")
 	if err := rd.forward(ctx); err != nil {
 		return nil, err
 	}
 	return rd.out, nil
-}
-
-// forget takes back admissions of messages that stay held.
-func (r *Releaser) forget(ctx context.Context, reqs []gate.AdmitRequest) {
-	forget(ctx, r.o.Store, r.o.Log, reqs, "admissions of messages that stay held stay counted in their windows")
 }

@@ -4,14 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
 
 // round is one Releaser round: the due queues the hold store handed over,
-// what to do with each of their messages, and what that takes (one call to
-// the window store for every queue, one to the forwarder).
+// what to do with each of their messages (its step), and the core's items
+// of the messages (and digests) whose windows it asks. The round is a
+// front end of the core: each message is planned by its plan stage, the
+// items are admitted by its admit stage (one call to the window store for
+// every queue of the round) and decided by its resolve stage, and the
+// admissions of messages that stay held are taken back by its forget
+// stage; one call to the forwarder publishes what the round lets out.
 //
 // A deferred message is released when its scene's current rules admit it
 // again, oldest first: the first one of a queue that stays held holds every
@@ -24,9 +30,10 @@ type round struct {
 	rules *gate.RuleSet
 	now   time.Time
 
-	queues  []*queueRound
-	asks    []gate.AdmitRequest
-	results []gate.AdmitResult
+	queues []*queueRound
+	// items are the messages and digests whose windows the round asks,
+	// as the core's items (heldStep.ask and queueRound.ask index them).
+	items   []item
 	fs      []gate.Forward
 	out     []gate.Settlement
 	unadmit []gate.AdmitRequest
@@ -37,7 +44,7 @@ type step int
 
 const (
 	stepWait       step = iota // not due: it stays as it is
-	stepAsk                    // ask the window store (round.asks[ask])
+	stepAsk                    // ask the window store (round.items[ask]), and go by the core's decision
 	stepRelease                // forward without a window (unknown_scene: forward)
 	stepFallBack               // settle it with fallback
 	stepReschedule             // it stays held, due again at due
@@ -49,8 +56,6 @@ type heldStep struct {
 	ask      int
 	due      time.Time
 	fallback gate.Action
-	rule     gate.SceneRule
-	forced   bool
 }
 
 // queueRound is one queue of a round.
@@ -58,18 +63,58 @@ type queueRound struct {
 	queue  gate.Queue
 	digest bool
 	rows   []heldStep
-	// A digest queue is settled as a whole: send it (ask >= 0 and admitted,
+	// A digest queue is settled as a whole: send it (ask >= 0 and let out,
 	// or sendUnchecked), or give every row its step.
 	ask           int
 	sendUnchecked bool
 	digestID      string
 }
 
-// sceneRule is the current rule of a held message's scene, and its zone:
-// the message's own, else the scene's.
-func (rd *round) sceneRule(h gate.Held) (gate.SceneRule, *time.Location, bool) {
-	rule, ok := rd.rules.Scene(h.Scene)
-	return rule, rule.ZoneNamed(h.TZ), ok
+// heldMessage is the message the core plans for h: id (h's own, or its
+// digest's) of priority p, in h's scene, to h's queue's recipient (the
+// Recipient of the message held, "receive_id_type:receive_id", the type
+// one of Feishu's, without a colon), in h's own zone: a zone gone from the
+// zone database since is none, and the scene's applies
+// (gate.SceneRule.ZoneNamed).
+func heldMessage(h gate.Held, id string, p gate.Priority) gate.Message {
+	typ, rid, _ := strings.Cut(h.Queue.Recipient, ":")
+	m := gate.Message{ID: id, Scene: h.Scene, ReceiveIDType: typ, ReceiveID: rid, Priority: p, TZ: h.TZ}
+	if h.TZ != "" {
+		m.Zone, _ = gate.LoadZone(h.TZ)
+	}
+	return m
+}
+
+// plan plans m, a held message (or a queue's digest), through the core's
+// plan stage, as a new message of its scene would be planned: the rules in
+// force, its own zone over its scene's, quiet hours, a bypass priority (no
+// preferences apply: the Releaser's core has none). It returns m's step:
+// its scene's unknown_scene action when the scene lost its rule, a
+// reschedule to their end while quiet hours hold it, else an ask of its
+// windows (ask indexes its item); a request no store can decide (rules
+// that cannot hold) is not asked, and falls back (cannotAdmit).
+func (rd *round) plan(ctx context.Context, m gate.Message) (st step, due time.Time, fallback gate.Action, ask int) {
+	its := []item{{key: m.ID, msg: m}}
+	rd.r.core.plan(ctx, rd.rules, its, rd.now)
+	switch p := its[0].plan; {
+	case !p.Known:
+		st, fallback = rd.unknownScene()
+		return st, rd.now, fallback, -1
+	case p.Quiet:
+		return stepReschedule, p.QuietUntil, "", -1
+	}
+	if err := its[0].plan.Request.Validate(); err != nil {
+		rd.cannotAdmit(m, err)
+		return stepFallBack, rd.now, gate.ActionSuppress, -1
+	}
+	rd.items = append(rd.items, its[0])
+	return stepAsk, time.Time{}, "", len(rd.items) - 1
+}
+
+// cannotAdmit logs a held message (or digest) that falls back because no
+// window store can admit it under its scene's rules.
+func (rd *round) cannotAdmit(m gate.Message, err error) {
+	rd.r.o.Log.Warn("a held message cannot be admitted under its scene's rules; it falls back", "id", m.ID, "scene", m.Scene, "err", err)
 }
 
 // expired reports whether a deferred message is past max_defer.
@@ -77,27 +122,13 @@ func (rd *round) expired(h gate.Held) bool {
 	return !h.Expires.IsZero() && !rd.now.Before(h.Expires)
 }
 
-// ask queues a request for the window store and returns its index; -1 when
-// the request is one no store can decide (rules that cannot hold), which
-// is logged.
-func (rd *round) ask(req gate.AdmitRequest) int {
-	if err := req.Validate(); err != nil {
-		rd.r.o.Log.Warn("a held message cannot be admitted under its scene's rules; it falls back", "id", req.ID, "scene", req.Scene, "err", err)
-		return -1
-	}
-	rd.asks = append(rd.asks, req)
-	return len(rd.asks) - 1
-}
-
 // planDefer plans a deferred queue, in order, up to its first message held
 // back by quiet hours (the ones after it wait behind it).
-func (rd *round) planDefer(rows []gate.Held) {
+func (rd *round) planDefer(ctx context.Context, rows []gate.Held) {
 	q := &queueRound{queue: rows[0].Queue, ask: -1}
 	quiet := false
 	for _, h := range rows {
-		s := heldStep{h: h}
-		rule, zone, known := rd.sceneRule(h)
-		s.rule = rule
+		s := heldStep{h: h, ask: -1}
 		switch {
 		case rd.expired(h):
 			s.step, s.fallback, s.due = stepFallBack, h.Fallback, rd.now
@@ -105,19 +136,9 @@ func (rd *round) planDefer(rows []gate.Held) {
 			s.step = stepWait
 		case quiet:
 			s.step, s.due = stepReschedule, rd.now
-		case !known:
-			s.step, s.fallback = rd.unknownScene()
 		default:
-			if until, ok := rule.QuietFor(h.Priority, rd.now, zone); ok {
-				s.step, s.due, quiet = stepReschedule, until, true
-				break
-			}
-			s.forced = rule.Bypasses(h.Priority)
-			s.ask = rd.ask(rd.rules.AdmitRequestFor(rule, h.MessageID, q.queue.Recipient, h.Scene, s.forced, zone))
-			s.step = stepAsk
-			if s.ask < 0 {
-				s.step, s.fallback = stepFallBack, gate.ActionSuppress
-			}
+			s.step, s.due, s.fallback, s.ask = rd.plan(ctx, heldMessage(h, h.MessageID, h.Priority))
+			quiet = s.step == stepReschedule
 		}
 		q.rows = append(q.rows, s)
 	}
@@ -134,54 +155,64 @@ func (rd *round) unknownScene() (step, gate.Action) {
 }
 
 // planDigest plans a digest queue whose head is due: one admission under
-// the digest's own id, in the head's scene.
-func (rd *round) planDigest(rows []gate.Held) {
+// the digest's own id, in the head's scene and zone. A digest is a
+// notification too: quiet hours hold it; it has no priority, so none
+// bypasses them or the windows.
+func (rd *round) planDigest(ctx context.Context, rows []gate.Held) {
 	head := rows[0]
 	q := &queueRound{queue: head.Queue, digest: true, ask: -1, digestID: gate.DigestID(head.Queue, head.MessageID, rows[len(rows)-1].MessageID)}
 	rd.queues = append(rd.queues, q)
-	all := func(st step, due time.Time, fallback gate.Action) {
-		for _, h := range rows {
-			q.rows = append(q.rows, heldStep{h: h, step: st, due: due, fallback: fallback})
-		}
-	}
-	if head.DueAt.After(rd.now) {
-		all(stepWait, time.Time{}, "")
-		return
-	}
-	rule, zone, known := rd.sceneRule(head)
-	if !known {
-		st, a := rd.unknownScene()
+	st, due, fallback := stepWait, time.Time{}, gate.Action("")
+	if !head.DueAt.After(rd.now) {
+		st, due, fallback, q.ask = rd.plan(ctx, heldMessage(head, q.digestID, ""))
 		q.sendUnchecked = st == stepRelease
-		all(st, rd.now, a)
-		return
 	}
-	// A digest is a notification too: quiet hours hold it.
-	if until, ok := rule.QuietFor("", rd.now, zone); ok {
-		all(stepReschedule, until, "")
-		return
-	}
-	q.ask = rd.ask(rd.rules.AdmitRequestFor(rule, q.digestID, q.queue.Recipient, head.Scene, false, zone))
-	if q.ask < 0 {
-		all(stepFallBack, rd.now, gate.ActionSuppress)
-		return
-	}
-	all(stepAsk, time.Time{}, "")
-	for i := range q.rows {
-		q.rows[i].rule = rule
+	for _, h := range rows {
+		q.rows = append(q.rows, heldStep{h: h, step: st, ask: q.ask, due: due, fallback: fallback})
 	}
 }
 
-// admit asks the window store about every request of the round at once.
-func (rd *round) admit(ctx context.Context) error {
-	if len(rd.asks) == 0 {
-		return nil
+// decide asks the window store about every item of the round at once and
+// decides them: the core's admit and resolve stages. A request the store
+// refuses for good (isolated by halves, as for every front end) makes its
+// item invalid: its message (or every message of its digest) falls back
+// as one no store can decide. Should the store fail, the round fails, to
+// be rolled back and tried again: a held message never fails open, it
+// stays held.
+func (rd *round) decide(ctx context.Context) error {
+	c := &rd.r.core
+	c.admit(ctx, releases, rd.items)
+	for i := range rd.items {
+		if it := &rd.items[i]; it.state == failed {
+			return fmt.Errorf("release: %w", it.err)
+		}
 	}
-	res, err := rd.r.o.Store.Admit(ctx, rd.asks)
-	if err != nil {
-		return fmt.Errorf("release: %w", err)
+	c.resolve(rd.rules, rd.items)
+	for i := range rd.items {
+		if it := &rd.items[i]; it.state == invalid {
+			rd.cannotAdmit(it.msg, it.err)
+		}
 	}
-	rd.results = res
+	for _, q := range rd.queues {
+		for j := range q.rows {
+			if s := &q.rows[j]; s.step == stepAsk && rd.items[s.ask].state == invalid {
+				s.step, s.due, s.fallback = stepFallBack, rd.now, gate.ActionSuppress
+			}
+		}
+		if q.ask >= 0 && rd.items[q.ask].state == invalid {
+			q.ask = -1
+		}
+	}
 	return nil
+}
+
+// letsOut reports whether d, the core's decision on a held message (or a
+// digest) whose windows were asked, lets it out now: they admitted it (by
+// force, for a bypass priority), or its scene is in shadow mode and would
+// forward it. Otherwise it stays held where its scene defers, and gets its
+// scene's on_exceed where it does not.
+func letsOut(d gate.Decision) bool {
+	return d.Outcome == gate.OutcomeForward && (d.Reason != gate.ReasonLimit || d.Shadow)
 }
 
 // nextDue is when a message the window held back is tried again.
@@ -226,24 +257,23 @@ func (q *queueRound) finish(rd *round) {
 			}
 			rd.release(s.h, false)
 		case stepAsk:
-			res := rd.results[s.ask]
+			it := &rd.items[s.ask]
 			switch {
 			case !floor.IsZero():
-				if res.Admitted {
-					rd.unadmit = append(rd.unadmit, rd.asks[s.ask])
+				if req := it.admission(); req != nil {
+					rd.unadmit = append(rd.unadmit, *req)
 				}
 				stay(s, floor)
-			case res.Admitted:
-				rd.release(s.h, s.forced)
-			case s.rule.Shadow:
-				// The scene is in shadow mode now: it would forward.
-				rd.release(s.h, false)
-			case s.rule.OnExceed != gate.ActionDefer:
+			case letsOut(it.dec):
+				// Admitted, or the scene is in shadow mode now: it would
+				// forward (a bypass only when admitted).
+				rd.release(s.h, it.dec.Bypass && !it.dec.Shadow)
+			case it.dec.Outcome != gate.OutcomeDefer:
 				// Held by quiet hours (or by rules since changed) in a scene
 				// that does not defer over its limit: its limit's action.
-				rd.fallBack(s.h, s.rule.OnExceed, rd.nextDue(res))
+				rd.fallBack(s.h, it.plan.Rule.OnExceed, rd.nextDue(it.res))
 			default:
-				stay(s, rd.nextDue(res))
+				stay(s, rd.nextDue(it.res))
 			}
 		}
 	}
@@ -253,9 +283,9 @@ func (q *queueRound) finishDigest(rd *round) {
 	send := q.sendUnchecked
 	var due time.Time
 	if q.ask >= 0 {
-		res := rd.results[q.ask]
-		send = res.Admitted || q.rows[0].rule.Shadow
-		due = rd.nextDue(res)
+		it := &rd.items[q.ask]
+		send = letsOut(it.dec)
+		due = rd.nextDue(it.res)
 	}
 	if !send {
 		for _, s := range q.rows {

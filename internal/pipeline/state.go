@@ -13,9 +13,10 @@ import (
 //	parse:   toDecide | invalid | twin; the ledger lookup: -> prior
 //	wait:    toDecide -> decided (held behind its queue) | failed (a
 //	         check whose queue the store refused or could not look at)
-//	admit:   toDecide -> invalid (a message the store refused) | failed
-//	         (a check it refused, or a store down and no fail open) |
-//	         decided (failed open)
+//	admit:   toDecide -> invalid (a message or held one the store
+//	         refused) | failed (a check it refused, or a store down and
+//	         no fail open: a held one never fails open) | decided (failed
+//	         open)
 //	resolve: toDecide -> decided
 //	commit:  decided | invalid -> committed (decided only) | invalid
 //	         (parked) | failed | prior (a message whose key the ledger
@@ -69,6 +70,11 @@ const (
 	// fails alone with the store's reason, a dry run records nothing, and
 	// the window store reports the tightest limit.
 	checks
+	// releases are the held messages (and digests) a Releaser round asks
+	// the window store about: as messages, except that one never fails
+	// open. A store that fails fails the round, which is rolled back: the
+	// message stays held, as it was.
+	releases
 )
 
 // item is one message (or check) on its way through the core.
