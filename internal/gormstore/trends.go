@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/migrations"
 )
 
 var _ gate.Trends = (*Store)(nil)
@@ -125,11 +124,7 @@ func (s *Store) TopRecipients(ctx context.Context, since, until time.Time, limit
 	}
 	// Ties go by byte order on both databases: PostgreSQL's default
 	// collation would follow the locale.
-	byBytes := "recipient"
-	if s.dialect.name == migrations.Postgres {
-		byBytes = `recipient COLLATE "C"`
-	}
-	q += " GROUP BY recipient ORDER BY count(*) DESC, " + byBytes + " LIMIT ?"
+	q += " GROUP BY recipient ORDER BY count(*) DESC, " + s.dialect.byteOrder + " LIMIT ?"
 	args = append(args, limit)
 	rows, err := s.db.WithContext(ctx).Raw(q, args...).Rows()
 	if err != nil {
@@ -192,8 +187,8 @@ func (s *Store) PruneSuppressions(ctx context.Context, before time.Time) (int64,
 		pause = defaultAuditPrunePause
 	}
 	cutoff := s.dbTime(before)
-	if s.dialect.name == migrations.Postgres {
-		if _, err := s.sqlDB.ExecContext(ctx, sharedPayloadsBack, cutoff); err != nil {
+	if s.dialect.pruneFirst != "" {
+		if _, err := s.sqlDB.ExecContext(ctx, s.dialect.pruneFirst, cutoff); err != nil {
 			return 0, unavailable(op, err)
 		}
 	}
