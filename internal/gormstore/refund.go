@@ -111,16 +111,12 @@ func (s *Store) Refunds(ctx context.Context, f gate.RefundFilter) (gate.RefundPa
 		}
 		q.add("(refunded_at, message_id) < (?, ?)", s.dbTime(at), id)
 	}
-	text, args := q.text(`SELECT `+refundColumns+` FROM refunds`, "refunded_at DESC, message_id DESC")
-	items, err := queryRows(ctx, s.db, text, args, scanRefund)
+	items, next, err := readPage(ctx, s.db, q, `SELECT `+refundColumns+` FROM refunds`, "refunded_at DESC, message_id DESC",
+		scanRefund, func(last gate.Refund) string { return encodeTextCursor(last.RefundedAt, last.MessageID) })
 	if err != nil {
 		return gate.RefundPage{}, unavailable(op, err)
 	}
-	var page gate.RefundPage
-	page.Items, page.NextCursor = cutPage(q, items, func(last gate.Refund) string {
-		return encodeTextCursor(last.RefundedAt, last.MessageID)
-	})
-	return page, nil
+	return gate.RefundPage{Items: items, NextCursor: next}, nil
 }
 
 // scanRefund reads one row of refundColumns.

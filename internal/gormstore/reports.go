@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"gorm.io/gorm"
+
 	"github.com/antifatigue/gate/internal/gate"
 )
 
@@ -47,18 +49,14 @@ func (s *Store) Suppressions(ctx context.Context, f gate.SuppressionFilter) (gat
 		// A row-value comparison: both databases seek the index with it.
 		q.add("(decided_at, id) < (?, ?)", s.dbTime(at), id)
 	}
-	text, args := q.text(`SELECT id, message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
+	items, next, err := readPage(ctx, s.db, q, `SELECT id, message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
 	limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload,
-	held_as, settled, settled_at, fallback, digest_id FROM suppressions`, "decided_at DESC, id DESC")
-	items, err := queryRows(ctx, s.db, text, args, scanSuppression)
+	held_as, settled, settled_at, fallback, digest_id FROM suppressions`, "decided_at DESC, id DESC",
+		scanSuppression, func(last gate.Suppression) string { return encodeCursor(last.DecidedAt, last.ID) })
 	if err != nil {
 		return gate.SuppressionPage{}, unavailable(op, err)
 	}
-	var page gate.SuppressionPage
-	page.Items, page.NextCursor = cutPage(q, items, func(last gate.Suppression) string {
-		return encodeCursor(last.DecidedAt, last.ID)
-	})
-	return page, nil
+	return gate.SuppressionPage{Items: items, NextCursor: next}, nil
 }
 
 // listQuery is the query of one page of a listing: its conditions, their
@@ -69,15 +67,20 @@ type listQuery struct {
 	limit int
 }
 
-// cutPage cuts items, read by q (which reads one row past the page to know
-// whether another page follows), to q's page, and returns it with the
-// cursor of the next page, cursor of its last row, or "" if none follows.
-func cutPage[T any](q *listQuery, items []T, cursor func(last T) string) ([]T, string) {
-	if len(items) <= q.limit {
-		return items, ""
+// readPage reads one page of a listing: q's statement (selectFrom, its
+// conditions, order, and one row more than the page, to know whether
+// another page follows), each row read by scan. It returns the page and
+// the cursor of the next one, cursor of its last row, or "" if none
+// follows. Errors are the database's.
+func readPage[T any](ctx context.Context, db *gorm.DB, q *listQuery, selectFrom, order string,
+	scan func(*sql.Rows) (T, error), cursor func(last T) string) ([]T, string, error) {
+	text, args := q.text(selectFrom, order)
+	items, err := queryRows(ctx, db, text, args, scan)
+	if err != nil || len(items) <= q.limit {
+		return items, "", err
 	}
 	items = items[:q.limit]
-	return items, cursor(items[q.limit-1])
+	return items, cursor(items[q.limit-1]), nil
 }
 
 // listQuery checks f's page size and range and turns its filters into
