@@ -320,16 +320,10 @@ func (s *envScan) number() bool {
 			i++
 		}
 	}
+	ok := true
 	if i < len(d) && d[i] == '.' {
-		i++
-		if i == len(d) {
-			return s.eofIn("after decimal point in numeric literal")
-		}
-		if !isDigit(d[i]) {
-			return s.fail(d[i], "after decimal point in numeric literal")
-		}
-		for i < len(d) && isDigit(d[i]) {
-			i++
+		if i, ok = s.digits(i+1, "after decimal point in numeric literal"); !ok {
+			return false
 		}
 	}
 	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
@@ -337,18 +331,29 @@ func (s *envScan) number() bool {
 		if i < len(d) && (d[i] == '+' || d[i] == '-') {
 			i++
 		}
-		if i == len(d) {
-			return s.eofIn("in exponent of numeric literal")
-		}
-		if !isDigit(d[i]) {
-			return s.fail(d[i], "in exponent of numeric literal")
-		}
-		for i < len(d) && isDigit(d[i]) {
-			i++
+		if i, ok = s.digits(i, "in exponent of numeric literal"); !ok {
+			return false
 		}
 	}
 	s.i = i
 	return true
+}
+
+// digits scans the one or more digits json requires at i, after a decimal
+// point or in an exponent; where names the place in the error, and the
+// index past the digits is returned.
+func (s *envScan) digits(i int, where string) (int, bool) {
+	d := s.data
+	if i == len(d) {
+		return i, s.eofIn(where)
+	}
+	if !isDigit(d[i]) {
+		return i, s.fail(d[i], where)
+	}
+	for i < len(d) && isDigit(d[i]) {
+		i++
+	}
+	return i, true
 }
 
 // plainByte marks the bytes a string holds as they are: not a quote, a

@@ -12,7 +12,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/migrations"
 )
 
 const (
@@ -34,9 +33,12 @@ func (s *Store) Decided(ctx context.Context, keys []string) (map[string]gate.Pri
 	if len(keys) == 0 {
 		return map[string]gate.Prior{}, nil
 	}
-	if s.dialect.name == migrations.Postgres {
-		return s.decidedOnPostgres(ctx, keys)
-	}
+	return s.dialect.decided(s, ctx, keys)
+}
+
+// decidedInChunks is Decided on SQLite: sorted, unique keys, chunkRows to a
+// statement.
+func (s *Store) decidedInChunks(ctx context.Context, keys []string) (map[string]gate.Prior, error) {
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
 	decided := make(map[string]gate.Prior)
 	for chunk := range slices.Chunk(keys, chunkRows) {
@@ -74,29 +76,7 @@ func (s *Store) Commit(ctx context.Context, recs []gate.Record) (known []string,
 	if len(recs) == 0 {
 		return nil, nil
 	}
-	var claimed map[string]bool
-	if s.dialect.name == migrations.Postgres {
-		claimed, err = s.commitOnPostgres(ctx, recs)
-	} else {
-		err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			fresh, err := s.claim(tx, recs)
-			if err != nil {
-				return err
-			}
-			claimed = make(map[string]bool, len(fresh))
-			for _, r := range fresh {
-				claimed[r.Key] = true
-			}
-			if err := s.insertSuppressions(tx, fresh); err != nil {
-				return err
-			}
-			// Queue rows before counters: Settle takes them in that order.
-			if err := s.insertHeld(tx, fresh); err != nil {
-				return err
-			}
-			return s.addCounts(tx, fresh)
-		})
-	}
+	claimed, err := s.dialect.commit(s, ctx, recs)
 	if err != nil {
 		return nil, classify("commit", err)
 	}
@@ -106,6 +86,31 @@ func (s *Store) Commit(ctx context.Context, recs []gate.Record) (known []string,
 		}
 	}
 	return known, nil
+}
+
+// commitInTransaction is Commit's transaction on SQLite, statement by
+// statement; recs are checked, unique and sorted. It returns the keys it
+// claimed.
+func (s *Store) commitInTransaction(ctx context.Context, recs []gate.Record) (claimed map[string]bool, err error) {
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		fresh, err := s.claim(tx, recs)
+		if err != nil {
+			return err
+		}
+		claimed = make(map[string]bool, len(fresh))
+		for _, r := range fresh {
+			claimed[r.Key] = true
+		}
+		if err := s.insertSuppressions(tx, fresh); err != nil {
+			return err
+		}
+		// Queue rows before counters: Settle takes them in that order.
+		if err := s.insertHeld(tx, fresh); err != nil {
+			return err
+		}
+		return s.addCounts(tx, fresh)
+	})
+	return claimed, err
 }
 
 // uniqueRecords checks recs and keeps the first record of each key, sorted

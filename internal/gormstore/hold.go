@@ -15,7 +15,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/migrations"
 )
 
 // Held messages live in two tables. held has one row per message, keyed by
@@ -204,31 +203,40 @@ func (s *Store) Waiting(ctx context.Context, queues []gate.Queue) (map[gate.Queu
 	if len(queues) == 0 {
 		return waiting, nil
 	}
-	if s.dialect.name == migrations.Postgres {
-		recipients, names := make([]string, len(queues)), make([]string, len(queues))
-		for i, q := range queues {
-			recipients[i], names[i] = q.Recipient, q.Name
-		}
-		rows, err := s.sqlDB.QueryContext(ctx, waitingPostgres, pgx.QueryExecModeExec, recipients, names)
-		if err != nil {
-			return nil, classify("waiting", err)
-		}
-		if err := scanQueues(rows, waiting); err != nil {
-			return nil, classify("waiting", err)
-		}
-		return waiting, nil
+	if err := s.dialect.waiting(s, ctx, queues, waiting); err != nil {
+		return nil, classify("waiting", err)
 	}
+	return waiting, nil
+}
+
+// waitingOnPostgres is Waiting's lookup on PostgreSQL: waitingPostgres
+// over the queues' two columns as arrays.
+func (s *Store) waitingOnPostgres(ctx context.Context, queues []gate.Queue, waiting map[gate.Queue]bool) error {
+	recipients, names := make([]string, len(queues)), make([]string, len(queues))
+	for i, q := range queues {
+		recipients[i], names[i] = q.Recipient, q.Name
+	}
+	rows, err := s.sqlDB.QueryContext(ctx, waitingPostgres, pgx.QueryExecModeExec, recipients, names)
+	if err != nil {
+		return err
+	}
+	return scanQueues(rows, waiting)
+}
+
+// waitingInChunks is Waiting's lookup on SQLite: waitingQuery, chunkRows
+// queues to a statement.
+func (s *Store) waitingInChunks(ctx context.Context, queues []gate.Queue, waiting map[gate.Queue]bool) error {
 	for chunk := range slices.Chunk(queues, chunkRows) {
 		q, args := waitingQuery(chunk)
 		rows, err := s.db.WithContext(ctx).Raw(q, args...).Rows()
 		if err != nil {
-			return nil, classify("waiting", err)
+			return err
 		}
 		if err := scanQueues(rows, waiting); err != nil {
-			return nil, classify("waiting", err)
+			return err
 		}
 	}
-	return waiting, nil
+	return nil
 }
 
 // waitingPostgres is Waiting on PostgreSQL: each (recipient, queue) pair of

@@ -11,7 +11,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/migrations"
 )
 
 // heldPerStatement bounds the queues one statement of Settle reads: each is
@@ -108,10 +107,7 @@ func (s *Store) Settle(ctx context.Context, now time.Time, maxQueues, perQueue i
 // dueQuery selects up to limit queues due at now, soonest first, from
 // held_queues_due_idx; on PostgreSQL it locks them, skipping those locked.
 func (s *Store) dueQuery(now time.Time, limit int) (string, []any) {
-	q := `SELECT recipient, queue FROM held_queues WHERE due_at <= ? ORDER BY due_at LIMIT ?`
-	if s.dialect.name == migrations.Postgres {
-		q += ` FOR UPDATE SKIP LOCKED`
-	}
+	q := `SELECT recipient, queue FROM held_queues WHERE due_at <= ? ORDER BY due_at LIMIT ?` + s.dialect.lockDue
 	return q, []any{s.dbTime(now), limit}
 }
 
@@ -140,10 +136,7 @@ func (s *Store) lockDue(tx *gorm.DB, now time.Time, limit int) ([]gate.Queue, er
 // heldQuery reads the oldest perQueue messages of each of queues: one
 // branch per queue, each a range of held_queue_seq_idx.
 func (s *Store) heldQuery(queues []gate.Queue, perQueue int) (string, []any) {
-	columns := heldColumns
-	if s.dialect.name == migrations.Postgres {
-		columns = heldNoPayload + ", " + heldPayloadPostgres
-	}
+	columns := s.dialect.heldRead
 	branches := make([]string, len(queues))
 	args := make([]any, 0, 3*len(queues))
 	for i, q := range queues {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/migrations"
 )
 
 var _ gate.PreferenceStore = (*Store)(nil)
@@ -16,18 +15,6 @@ var _ gate.PreferenceStore = (*Store)(nil)
 // preferenceChunk bounds the recipients of one lookup statement: a batch
 // of the gate is smaller, but a caller may ask for more.
 const preferenceChunk = 500
-
-// clockSQL is the database's clock as the dialect stores a time. On
-// PostgreSQL clock_timestamp(), not now(): now() is the transaction's
-// start, and a poller must not miss a write stamped long before it
-// commits. On SQLite the text layout of textTimeLayout (SQLite's %f has
-// milliseconds; three zeros make the microseconds).
-func (s *Store) clockSQL() string {
-	if s.dialect.name == migrations.SQLite {
-		return `(strftime('%Y-%m-%dT%H:%M:%f', 'now') || '000Z')`
-	}
-	return `clock_timestamp()`
-}
 
 // Preferences returns the preferences of those of recipients that have
 // any (deleted ones are tombstones, absent here), in one statement per
@@ -83,7 +70,7 @@ func (s *Store) PutPreferences(ctx context.Context, p gate.Preferences) (gate.Pr
 	var updated scanTime
 	err := s.db.WithContext(ctx).Raw(`INSERT INTO recipient_preferences
 			(recipient, muted_scenes, muted_until, digest_only, deleted, updated_at)
-		VALUES (?, ?, ?, ?, ?, `+s.clockSQL()+`)
+		VALUES (?, ?, ?, ?, ?, `+s.dialect.clock+`)
 		ON CONFLICT (recipient) DO UPDATE SET muted_scenes = excluded.muted_scenes, muted_until = excluded.muted_until,
 			digest_only = excluded.digest_only, deleted = excluded.deleted, updated_at = excluded.updated_at
 		RETURNING updated_at`,
@@ -106,7 +93,7 @@ func (s *Store) DeletePreferences(ctx context.Context, recipient string) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	err := s.db.WithContext(ctx).Exec(`UPDATE recipient_preferences
-		SET deleted = ?, muted_scenes = '[]', muted_until = NULL, digest_only = '[]', updated_at = `+s.clockSQL()+`
+		SET deleted = ?, muted_scenes = '[]', muted_until = NULL, digest_only = '[]', updated_at = `+s.dialect.clock+`
 		WHERE recipient = ? AND deleted = ?`, true, recipient, false).Error
 	if err != nil {
 		return unavailable(op, err)
@@ -125,7 +112,7 @@ func (s *Store) PreferenceChanges(ctx context.Context, since time.Time, limit in
 	}
 	db := s.db.WithContext(ctx)
 	var now scanTime
-	if err := db.Raw(`SELECT ` + s.clockSQL()).Row().Scan(&now); err != nil {
+	if err := db.Raw(`SELECT ` + s.dialect.clock).Row().Scan(&now); err != nil {
 		return nil, time.Time{}, unavailable(op, err)
 	}
 	if since.IsZero() {

@@ -17,11 +17,7 @@ var _ gate.RefundLog = (*Store)(nil)
 // Refunded returns the refund row of id, if there is one. Errors wrap
 // gate.ErrUnavailable.
 func (s *Store) Refunded(ctx context.Context, id string) (gate.Refund, bool, error) {
-	rows, err := s.db.WithContext(ctx).Raw(`SELECT `+refundColumns+` FROM refunds WHERE message_id = ?`, id).Rows()
-	if err != nil {
-		return gate.Refund{}, false, unavailable("read refund", err)
-	}
-	items, err := scanRefunds(rows)
+	items, err := queryRows(ctx, s.db, `SELECT `+refundColumns+` FROM refunds WHERE message_id = ?`, []any{id}, scanRefund)
 	if err != nil {
 		return gate.Refund{}, false, unavailable("read refund", err)
 	}
@@ -96,7 +92,7 @@ func (s *Store) RecordRefund(ctx context.Context, r gate.Refund) (gate.Refund, b
 	return first, false, nil
 }
 
-// refundColumns are the columns scanRefunds reads, in order.
+// refundColumns are the columns scanRefund reads, in order.
 const refundColumns = `message_id, scene, recipient, forwarded_at, refunded_at, source`
 
 // Refunds lists refund rows matching f, newest first (by refunded_at, then
@@ -115,38 +111,24 @@ func (s *Store) Refunds(ctx context.Context, f gate.RefundFilter) (gate.RefundPa
 		}
 		q.add("(refunded_at, message_id) < (?, ?)", s.dbTime(at), id)
 	}
-	text, args := q.text(`SELECT `+refundColumns+` FROM refunds`, "refunded_at DESC, message_id DESC")
-	rows, err := s.db.WithContext(ctx).Raw(text, args...).Rows()
+	items, next, err := readPage(ctx, s.db, q, `SELECT `+refundColumns+` FROM refunds`, "refunded_at DESC, message_id DESC",
+		scanRefund, func(last gate.Refund) string { return encodeTextCursor(last.RefundedAt, last.MessageID) })
 	if err != nil {
 		return gate.RefundPage{}, unavailable(op, err)
 	}
-	items, err := scanRefunds(rows)
-	if err != nil {
-		return gate.RefundPage{}, unavailable(op, err)
-	}
-	var page gate.RefundPage
-	page.Items, page.NextCursor = cutPage(q, items, func(last gate.Refund) string {
-		return encodeTextCursor(last.RefundedAt, last.MessageID)
-	})
-	return page, nil
+	return gate.RefundPage{Items: items, NextCursor: next}, nil
 }
 
-// scanRefunds reads rows of refundColumns and closes them. Items is never
-// nil, so an empty page encodes as [].
-func scanRefunds(rows *sql.Rows) ([]gate.Refund, error) {
-	defer rows.Close()
-	items := []gate.Refund{}
-	for rows.Next() {
-		var (
-			r                   gate.Refund
-			forwarded, refunded scanTime
-			source              string
-		)
-		if err := rows.Scan(&r.MessageID, &r.Scene, &r.Recipient, &forwarded, &refunded, &source); err != nil {
-			return nil, err
-		}
-		r.ForwardedAt, r.RefundedAt, r.Source = forwarded.t, refunded.t, gate.RefundSource(source)
-		items = append(items, r)
+// scanRefund reads one row of refundColumns.
+func scanRefund(rows *sql.Rows) (gate.Refund, error) {
+	var (
+		r                   gate.Refund
+		forwarded, refunded scanTime
+		source              string
+	)
+	if err := rows.Scan(&r.MessageID, &r.Scene, &r.Recipient, &forwarded, &refunded, &source); err != nil {
+		return r, err
 	}
-	return items, rows.Err()
+	r.ForwardedAt, r.RefundedAt, r.Source = forwarded.t, refunded.t, gate.RefundSource(source)
+	return r, nil
 }

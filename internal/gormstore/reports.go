@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"gorm.io/gorm"
+
 	"github.com/antifatigue/gate/internal/gate"
 )
 
@@ -47,22 +49,14 @@ func (s *Store) Suppressions(ctx context.Context, f gate.SuppressionFilter) (gat
 		// A row-value comparison: both databases seek the index with it.
 		q.add("(decided_at, id) < (?, ?)", s.dbTime(at), id)
 	}
-	text, args := q.text(`SELECT id, message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
+	items, next, err := readPage(ctx, s.db, q, `SELECT id, message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
 	limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload,
-	held_as, settled, settled_at, fallback, digest_id FROM suppressions`, "decided_at DESC, id DESC")
-	rows, err := s.db.WithContext(ctx).Raw(text, args...).Rows()
+	held_as, settled, settled_at, fallback, digest_id FROM suppressions`, "decided_at DESC, id DESC",
+		scanSuppression, func(last gate.Suppression) string { return encodeCursor(last.DecidedAt, last.ID) })
 	if err != nil {
 		return gate.SuppressionPage{}, unavailable(op, err)
 	}
-	items, err := scanSuppressions(rows)
-	if err != nil {
-		return gate.SuppressionPage{}, unavailable(op, err)
-	}
-	var page gate.SuppressionPage
-	page.Items, page.NextCursor = cutPage(q, items, func(last gate.Suppression) string {
-		return encodeCursor(last.DecidedAt, last.ID)
-	})
-	return page, nil
+	return gate.SuppressionPage{Items: items, NextCursor: next}, nil
 }
 
 // listQuery is the query of one page of a listing: its conditions, their
@@ -73,15 +67,20 @@ type listQuery struct {
 	limit int
 }
 
-// cutPage cuts items, read by q (which reads one row past the page to know
-// whether another page follows), to q's page, and returns it with the
-// cursor of the next page, cursor of its last row, or "" if none follows.
-func cutPage[T any](q *listQuery, items []T, cursor func(last T) string) ([]T, string) {
-	if len(items) <= q.limit {
-		return items, ""
+// readPage reads one page of a listing: q's statement (selectFrom, its
+// conditions, order, and one row more than the page, to know whether
+// another page follows), each row read by scan. It returns the page and
+// the cursor of the next one, cursor of its last row, or "" if none
+// follows. Errors are the database's.
+func readPage[T any](ctx context.Context, db *gorm.DB, q *listQuery, selectFrom, order string,
+	scan func(*sql.Rows) (T, error), cursor func(last T) string) ([]T, string, error) {
+	text, args := q.text(selectFrom, order)
+	items, err := queryRows(ctx, db, text, args, scan)
+	if err != nil || len(items) <= q.limit {
+		return items, "", err
 	}
 	items = items[:q.limit]
-	return items, cursor(items[q.limit-1])
+	return items, cursor(items[q.limit-1]), nil
 }
 
 // listQuery checks f's page size and range and turns its filters into
@@ -123,39 +122,30 @@ func (q *listQuery) add(cond string, vals ...any) {
 // text is the statement: selectFrom, the conditions, order, and a limit of
 // one row more than the page, which tells whether another page follows.
 func (q *listQuery) text(selectFrom, order string) (string, []any) {
-	if len(q.where) > 0 {
-		selectFrom += " WHERE " + strings.Join(q.where, " AND ")
-	}
-	return selectFrom + " ORDER BY " + order + " LIMIT ?", append(q.args, q.limit+1)
+	return selectFrom + whereAll(q.where) + " ORDER BY " + order + " LIMIT ?", append(q.args, q.limit+1)
 }
 
-// scanSuppressions reads the rows of Suppressions' query and closes them.
-// Items is never nil, so an empty page encodes as [].
-func scanSuppressions(rows *sql.Rows) ([]gate.Suppression, error) {
-	defer rows.Close()
-	items := []gate.Suppression{}
-	for rows.Next() {
-		var (
-			p                         gate.Suppression
-			windowMS, rateMS          int64
-			decided, next, settledAt  scanTime
-			payload                   sql.NullString
-			priority, scop, calendar  string
-			heldAs, settled, fallback string
-		)
-		if err := rows.Scan(&p.ID, &p.MessageID, &p.Scene, &p.Recipient, &priority, &scop, &windowMS,
-			&p.LimitMax, &calendar, &rateMS, &p.CountSeen, &p.Shadow, &p.Reason, &p.RulesVersion, &decided, &next, &payload,
-			&heldAs, &settled, &settledAt, &fallback, &p.DigestID); err != nil {
-			return nil, err
-		}
-		p.Priority, p.Scope, p.LimitCalendar = gate.Priority(priority), gate.Scope(scop), gate.Calendar(calendar)
-		p.HeldAs, p.Settled, p.SettledAt, p.Fallback = gate.HoldKind(heldAs), gate.SettleKind(settled), settledAt.t, gate.Action(fallback)
-		p.LimitWindow = gate.Duration(time.Duration(windowMS) * time.Millisecond)
-		p.LimitRate = gate.Duration(time.Duration(rateMS) * time.Millisecond)
-		p.DecidedAt, p.NextAllowedAt, p.Payload = decided.t, next.t, payload.String
-		items = append(items, p)
+// scanSuppression reads one row of Suppressions' query.
+func scanSuppression(rows *sql.Rows) (gate.Suppression, error) {
+	var (
+		p                         gate.Suppression
+		windowMS, rateMS          int64
+		decided, next, settledAt  scanTime
+		payload                   sql.NullString
+		priority, scop, calendar  string
+		heldAs, settled, fallback string
+	)
+	if err := rows.Scan(&p.ID, &p.MessageID, &p.Scene, &p.Recipient, &priority, &scop, &windowMS,
+		&p.LimitMax, &calendar, &rateMS, &p.CountSeen, &p.Shadow, &p.Reason, &p.RulesVersion, &decided, &next, &payload,
+		&heldAs, &settled, &settledAt, &fallback, &p.DigestID); err != nil {
+		return p, err
 	}
-	return items, rows.Err()
+	p.Priority, p.Scope, p.LimitCalendar = gate.Priority(priority), gate.Scope(scop), gate.Calendar(calendar)
+	p.HeldAs, p.Settled, p.SettledAt, p.Fallback = gate.HoldKind(heldAs), gate.SettleKind(settled), settledAt.t, gate.Action(fallback)
+	p.LimitWindow = gate.Duration(time.Duration(windowMS) * time.Millisecond)
+	p.LimitRate = gate.Duration(time.Duration(rateMS) * time.Millisecond)
+	p.DecidedAt, p.NextAllowedAt, p.Payload = decided.t, next.t, payload.String
+	return p, nil
 }
 
 // Summary sums each scene's hourly counters over [since, until), sorted by
@@ -169,25 +159,13 @@ func (s *Store) Summary(ctx context.Context, since, until time.Time) ([]gate.Sce
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	where, args := s.hourRange(since, until)
-	q := `SELECT scene, ` + sumCounters + ` FROM scene_counters`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	q += " GROUP BY scene"
-	rows, err := s.db.WithContext(ctx).Raw(q, args...).Rows()
-	if err != nil {
-		return nil, unavailable(op, err)
-	}
-	defer rows.Close()
-	out := []gate.SceneSummary{}
-	for rows.Next() {
+	q := `SELECT scene, ` + sumCounters + ` FROM scene_counters` + whereAll(where) + " GROUP BY scene"
+	out, err := queryRows(ctx, s.db, q, args, func(rows *sql.Rows) (gate.SceneSummary, error) {
 		var c gate.SceneSummary
-		if err := rows.Scan(append([]any{&c.Scene}, counterDests(&c)...)...); err != nil {
-			return nil, unavailable(op, err)
-		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
+		err := rows.Scan(append([]any{&c.Scene}, counterDests(&c)...)...)
+		return c, err
+	})
+	if err != nil {
 		return nil, unavailable(op, err)
 	}
 	// Sorted here, byte-wise: the databases' collations disagree.

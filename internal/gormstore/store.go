@@ -6,18 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/glebarez/sqlite"
 	"github.com/jackc/pgx/v5/pgconn"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/migrations"
 )
 
 // DefaultLedgerRetention is how long a decided key stays in the idempotency
@@ -64,42 +59,6 @@ var (
 	_ gate.Reports  = (*Store)(nil)
 )
 
-// dialect holds what differs between the two databases beyond the SQL files.
-type dialect struct {
-	name string // migrations.Postgres or migrations.SQLite
-	// textTimes stores times as fixed-width UTC text instead of timestamptz.
-	textTimes bool
-	// migrateLock, run first in each migration's transaction, keeps
-	// concurrent processes from applying one migration twice. Empty where
-	// the transaction is already exclusive (SQLite's BEGIN IMMEDIATE).
-	migrateLock string
-	// bookkeeping creates schema_migrations.
-	bookkeeping string
-}
-
-var (
-	postgresDialect = dialect{
-		name: migrations.Postgres,
-		// Keyed by schema, so databases shared by schema (tests, tenants)
-		// migrate independently.
-		migrateLock: `SELECT pg_advisory_xact_lock(1734440037, hashtext(coalesce(current_schema(), '')))`,
-		bookkeeping: `CREATE TABLE IF NOT EXISTS schema_migrations (
-	version    integer     PRIMARY KEY,
-	name       text        NOT NULL,
-	applied_at timestamptz NOT NULL
-)`,
-	}
-	sqliteDialect = dialect{
-		name:      migrations.SQLite,
-		textTimes: true,
-		bookkeeping: `CREATE TABLE IF NOT EXISTS schema_migrations (
-	version    INTEGER PRIMARY KEY,
-	name       TEXT    NOT NULL,
-	applied_at TEXT    NOT NULL
-)`,
-	}
-)
-
 // Open connects to the database named by opts, checks that it answers and
 // applies pending migrations. A database that cannot be reached gives an
 // error wrapping gate.ErrUnavailable; a bad option gives one wrapping
@@ -135,46 +94,19 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 		return err
 	})
-	if err != nil && d.name == migrations.Postgres {
-		// The postgres driver only parses the URL here: a failure is a bad
-		// setting, not an outage. (pgx's message hides the password.)
-		return nil, fmt.Errorf("open audit store: %w: %w", gate.ErrBadRequest, err)
-	}
 	if err != nil {
-		return nil, fmt.Errorf("open audit store: %w", err)
+		return nil, fmt.Errorf("open audit store: %w", d.openFailed(err))
 	}
 	if s.sqlDB, err = s.db.DB(); err != nil {
 		return nil, fmt.Errorf("open audit store: %w", err)
 	}
-	if s.dialect.name == migrations.SQLite {
-		// SQLite has one writer; a single connection queues writers in
-		// process instead of making them spin on SQLITE_BUSY.
-		s.sqlDB.SetMaxOpenConns(1)
-	} else {
-		// A gate talks to PostgreSQL from several goroutines at once: two
-		// batches committing, a batch's Waiting or Decided lookup, the
-		// releaser's Settle, the report API. database/sql keeps only 2 idle
-		// connections by default, so a third was closed after each use and
-		// the next one dialled again: a new backend (fork, authentication,
-		// catalog caches) per batch, which cost a deferring gate a quarter
-		// of its rate. Keep enough idle for the gate's own concurrency, and
-		// bound the total so many gates cannot exhaust max_connections.
-		s.sqlDB.SetMaxOpenConns(pgMaxOpenConns)
-		s.sqlDB.SetMaxIdleConns(pgMaxIdleConns)
-		s.sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	}
+	s.dialect.pool(s.sqlDB)
 	if err := s.start(ctx); err != nil {
 		s.sqlDB.Close()
 		return nil, fmt.Errorf("open audit store: %w", err)
 	}
 	return s, nil
 }
-
-// The PostgreSQL pool of one gate: what it keeps idle, and at most.
-const (
-	pgMaxIdleConns = 8
-	pgMaxOpenConns = 16
-)
 
 // startBusyFor bounds how long Open retries a SQLite database that another
 // process holds locked while it, too, sets the database up.
@@ -218,34 +150,6 @@ func isBusy(err error) bool {
 		return coded.Code()&0xff == 5
 	}
 	return strings.Contains(err.Error(), "(SQLITE_BUSY)")
-}
-
-// pickDialect picks the database from opts. Error messages never repeat the
-// URL: it may hold a password.
-func pickDialect(opts Options) (gorm.Dialector, dialect, error) {
-	if opts.DatabaseURL != "" {
-		if !strings.HasPrefix(opts.DatabaseURL, "postgres://") && !strings.HasPrefix(opts.DatabaseURL, "postgresql://") {
-			return nil, dialect{}, fmt.Errorf("%w: database URL must start with postgres:// or postgresql://", gate.ErrBadRequest)
-		}
-		return postgres.Open(opts.DatabaseURL), postgresDialect, nil
-	}
-	path := opts.SQLitePath
-	if path == "" {
-		return nil, dialect{}, fmt.Errorf("%w: set a database URL or a SQLite path", gate.ErrBadRequest)
-	}
-	// The driver reads everything after '?' as options.
-	if strings.Contains(path, "?") {
-		return nil, dialect{}, fmt.Errorf("%w: SQLite path %q must not contain '?'", gate.ErrBadRequest, path)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, dialect{}, fmt.Errorf("create folder for %s: %w", path, err)
-	}
-	// WAL lets readers (reports) run beside the writer; busy_timeout waits
-	// for another process's write instead of failing; _txlock=immediate
-	// takes the write lock at BEGIN, so a transaction never fails halfway
-	// when it upgrades from reading to writing.
-	return sqlite.Open(path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)" +
-		"&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"), sqliteDialect, nil
 }
 
 // Ping checks that the database answers. Errors wrap gate.ErrUnavailable.

@@ -4,11 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/migrations"
 )
 
 var _ gate.Trends = (*Store)(nil)
@@ -57,28 +55,15 @@ func (s *Store) Timeseries(ctx context.Context, since, until time.Time, scene st
 		args = append(args, scene)
 		label = scene
 	}
-	q := `SELECT hour, ` + sumCounters + ` FROM scene_counters`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	q += " GROUP BY hour ORDER BY hour"
-	rows, err := s.db.WithContext(ctx).Raw(q, args...).Rows()
-	if err != nil {
-		return nil, unavailable(op, err)
-	}
-	defer rows.Close()
-	out := []gate.HourSummary{}
-	for rows.Next() {
+	q := `SELECT hour, ` + sumCounters + ` FROM scene_counters` + whereAll(where) + " GROUP BY hour ORDER BY hour"
+	out, err := queryRows(ctx, s.db, q, args, func(rows *sql.Rows) (gate.HourSummary, error) {
 		var hour scanTime
 		h := gate.HourSummary{SceneSummary: gate.SceneSummary{Scene: label}}
-		c := &h.SceneSummary
-		if err := rows.Scan(append([]any{&hour}, counterDests(c)...)...); err != nil {
-			return nil, unavailable(op, err)
-		}
+		err := rows.Scan(append([]any{&hour}, counterDests(&h.SceneSummary)...)...)
 		h.Hour = hour.t
-		out = append(out, h)
-	}
-	if err := rows.Err(); err != nil {
+		return h, err
+	})
+	if err != nil {
 		return nil, unavailable(op, err)
 	}
 	return out, nil
@@ -87,15 +72,7 @@ func (s *Store) Timeseries(ctx context.Context, since, until time.Time, scene st
 // hourRange selects the counter hours of [since, until) at hour
 // resolution; a zero time leaves that end open.
 func (s *Store) hourRange(since, until time.Time) (where []string, args []any) {
-	if !since.IsZero() {
-		where = append(where, "hour >= ?")
-		args = append(args, s.dbTime(since.UTC().Truncate(time.Hour)))
-	}
-	if !until.IsZero() {
-		where = append(where, "hour < ?")
-		args = append(args, s.dbTime(until))
-	}
-	return where, args
+	return s.timeRange("hour", since.UTC().Truncate(time.Hour), until)
 }
 
 // TopRecipients returns the recipients with the most suppression rows
@@ -117,60 +94,29 @@ func (s *Store) TopRecipients(ctx context.Context, since, until time.Time, limit
 	if err := checkRange(since, until); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	where, args := s.decidedRange(since, until)
+	where, args := s.timeRange("decided_at", since, until)
 	q := `SELECT recipient, count(*), CAST(SUM(CASE WHEN shadow THEN 1 ELSE 0 END) AS BIGINT), MAX(decided_at)
-	FROM suppressions`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
+	FROM suppressions` + whereAll(where)
 	// Ties go by byte order on both databases: PostgreSQL's default
 	// collation would follow the locale.
-	byBytes := "recipient"
-	if s.dialect.name == migrations.Postgres {
-		byBytes = `recipient COLLATE "C"`
-	}
-	q += " GROUP BY recipient ORDER BY count(*) DESC, " + byBytes + " LIMIT ?"
+	q += " GROUP BY recipient ORDER BY count(*) DESC, " + s.dialect.byteOrder + " LIMIT ?"
 	args = append(args, limit)
-	rows, err := s.db.WithContext(ctx).Raw(q, args...).Rows()
-	if err != nil {
-		return nil, unavailable(op, err)
-	}
-	out, err := scanRecipientCounts(rows)
+	out, err := queryRows(ctx, s.db, q, args, scanRecipientCount)
 	if err != nil {
 		return nil, unavailable(op, err)
 	}
 	return out, nil
 }
 
-// decidedRange selects suppression rows decided in [since, until).
-func (s *Store) decidedRange(since, until time.Time) (where []string, args []any) {
-	if !since.IsZero() {
-		where = append(where, "decided_at >= ?")
-		args = append(args, s.dbTime(since))
-	}
-	if !until.IsZero() {
-		where = append(where, "decided_at < ?")
-		args = append(args, s.dbTime(until))
-	}
-	return where, args
-}
-
-// scanRecipientCounts reads TopRecipients' rows and closes them.
-func scanRecipientCounts(rows *sql.Rows) ([]gate.RecipientCount, error) {
-	defer rows.Close()
-	out := []gate.RecipientCount{}
-	for rows.Next() {
-		var (
-			r    gate.RecipientCount
-			last scanTime
-		)
-		if err := rows.Scan(&r.Recipient, &r.Suppressed, &r.Shadow, &last); err != nil {
-			return nil, err
-		}
-		r.LastSuppressedAt = last.t
-		out = append(out, r)
-	}
-	return out, rows.Err()
+// scanRecipientCount reads one row of TopRecipients' query.
+func scanRecipientCount(rows *sql.Rows) (gate.RecipientCount, error) {
+	var (
+		r    gate.RecipientCount
+		last scanTime
+	)
+	err := rows.Scan(&r.Recipient, &r.Suppressed, &r.Shadow, &last)
+	r.LastSuppressedAt = last.t
+	return r, err
 }
 
 // PruneSuppressions deletes the audit rows decided before before, and
@@ -192,8 +138,8 @@ func (s *Store) PruneSuppressions(ctx context.Context, before time.Time) (int64,
 		pause = defaultAuditPrunePause
 	}
 	cutoff := s.dbTime(before)
-	if s.dialect.name == migrations.Postgres {
-		if _, err := s.sqlDB.ExecContext(ctx, sharedPayloadsBack, cutoff); err != nil {
+	if s.dialect.pruneFirst != "" {
+		if _, err := s.sqlDB.ExecContext(ctx, s.dialect.pruneFirst, cutoff); err != nil {
 			return 0, unavailable(op, err)
 		}
 	}

@@ -77,12 +77,12 @@ func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) (calls []call,
 // limits, only when it has them.
 func (s *Store) appendKeys(keys []string, r *gate.AdmitRequest, rt rates) []string {
 	escaped := escape(r.Recipient)
-	keys = append(keys, s.sceneKey(escaped, r.Scene), s.capKey(escaped))
+	keys = append(keys, s.key(escaped, kindScene, r.Scene), s.key(escaped, kindCap, ""))
 	if rt.si >= 0 {
-		keys = append(keys, s.sceneRateKey(escaped, r.Scene))
+		keys = append(keys, s.key(escaped, kindSceneRate, r.Scene))
 	}
 	if rt.ci >= 0 {
-		keys = append(keys, s.capRateKey(escaped))
+		keys = append(keys, s.key(escaped, kindCapRate, ""))
 	}
 	return keys
 }

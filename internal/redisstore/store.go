@@ -123,33 +123,39 @@ func contextTimeoutEnabled(c redis.UniversalClient) bool {
 
 // SceneKey returns the key of the scene window of (recipient, scene).
 func (s *Store) SceneKey(recipient, scene string) string {
-	return s.sceneKey(escape(recipient), scene)
+	return s.key(escape(recipient), kindScene, scene)
 }
 
 // CapKey returns the key of the recipient cap window.
-func (s *Store) CapKey(recipient string) string { return s.capKey(escape(recipient)) }
-
-func (s *Store) sceneKey(escaped, scene string) string {
-	return s.prefix + ":{" + escaped + "}:s:" + scene
-}
-
-func (s *Store) capKey(escaped string) string { return s.prefix + ":{" + escaped + "}:c" }
+func (s *Store) CapKey(recipient string) string { return s.key(escape(recipient), kindCap, "") }
 
 // SceneRateKey returns the key of the theoretical arrival time of the
 // rate limit of (recipient, scene).
 func (s *Store) SceneRateKey(recipient, scene string) string {
-	return s.sceneRateKey(escape(recipient), scene)
+	return s.key(escape(recipient), kindSceneRate, scene)
 }
 
 // CapRateKey returns the key of the theoretical arrival time of the
 // recipient caps' rate limit.
-func (s *Store) CapRateKey(recipient string) string { return s.capRateKey(escape(recipient)) }
-
-func (s *Store) sceneRateKey(escaped, scene string) string {
-	return s.prefix + ":{" + escaped + "}:g:" + scene
+func (s *Store) CapRateKey(recipient string) string {
+	return s.key(escape(recipient), kindCapRate, "")
 }
 
-func (s *Store) capRateKey(escaped string) string { return s.prefix + ":{" + escaped + "}:gc" }
+// The kinds of key of one recipient, each followed by the scene where it
+// has one.
+const (
+	kindScene     = "s:"
+	kindCap       = "c"
+	kindSceneRate = "g:"
+	kindCapRate   = "gc"
+)
+
+// key is the key of kind (and scene) of the recipient escaped: every key
+// of one recipient shares its hash tag, so one script may touch them all.
+// One concatenation, as Admit builds keys for every message.
+func (s *Store) key(escaped, kind, scene string) string {
+	return s.prefix + ":{" + escaped + "}:" + kind + scene
+}
 
 // escape keeps the first '}' after the prefix the end of the hash tag, and
 // the mapping from recipient to key one-to-one.

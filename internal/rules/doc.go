@@ -50,5 +50,5 @@
 //     have equal versions whatever their formatting, file split or source.
 //
 // It may import the standard library, gopkg.in/yaml.v3, internal/gate and
-// internal/metrics, and nothing else (imports_test.go checks).
+// internal/metrics, and nothing else (internal/archtest checks).
 package rules
