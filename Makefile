@@ -33,7 +33,7 @@ with_services = set -e; env_file=$$(mktemp); trap 'rm -f $$env_file' EXIT; \
 # quiet machine): a count, not a duration, because a -fuzztime duration races
 # Go's fuzz coordinator before Go 1.27 (golang/go#75804) and fails a loaded run
 # with "context deadline exceeded". FuzzCommitParsed commits to PostgreSQL too,
-# so it runs after with_services. Both fuzz and test run it.
+# so it runs after with_services. make test calls make fuzz.
 fuzz_runs = \
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMessage$$' -fuzztime 150000x ./internal/gate; \
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDelivery$$' -fuzztime 300000x ./internal/gate; \
@@ -49,8 +49,10 @@ test:
 	export GATE_TEST_REQUIRE_SERVICES=1; \
 	echo "make test: services ready; running go test $(TESTFLAGS) $(PKGS)"; \
 	$(GO) vet $(PKGS); \
-	$(GO) test $(TESTFLAGS) $(PKGS); \
-	$(fuzz_runs); \
+	$(GO) test $(TESTFLAGS) $(PKGS)
+	@$(MAKE) --no-print-directory fuzz
+	@$(call with_services,services.sh nacos.sh); \
+	export GATE_TEST_REQUIRE_SERVICES=1; \
 	echo "make test: Nacos tests without -race (nacos-sdk-go races internally; see cmd/gate/nacos_test.go)"; \
 	$(GO) test -count=1 -timeout 10m -run 'Nacos' ./cmd/gate
 
