@@ -166,6 +166,8 @@ func TestClassify(t *testing.T) {
 		{"unknown", errors.New("nil map"), ClassInternal},
 		{"invalid before unavailable", fmt.Errorf("%w: %w", ErrUnavailable, invalidf("x")), ClassPark},
 		{"bad request before unavailable", fmt.Errorf("%w: %w", ErrUnavailable, ErrBadRequest), ClassInvalid},
+		{"unavailable before not found", fmt.Errorf("%w: %w", ErrNeverDecided, ErrUnavailable), ClassUnavailable},
+		{"unavailable before conflict", fmt.Errorf("%w: %w", ErrNotForwarded, context.DeadlineExceeded), ClassUnavailable},
 	} {
 		if got := Classify(tt.err); got != tt.want {
 			t.Errorf("%s: Classify(%v) = %d, want %d", tt.name, tt.err, got, tt.want)

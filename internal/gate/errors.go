@@ -51,7 +51,9 @@ const (
 
 // Classify returns err's class; nil is ClassNone. An error that wraps
 // several sentinels takes the first class of this order: ClassPark,
-// ClassInvalid, ClassNotFound, ClassConflict, ClassUnavailable.
+// ClassInvalid, ClassUnavailable, ClassNotFound, ClassConflict. A transient
+// failure comes before the two classes a transport acknowledges (a refund
+// refused), so that an error that is both is retried, never dropped.
 func Classify(err error) Class {
 	switch {
 	case err == nil:
@@ -60,12 +62,12 @@ func Classify(err error) Class {
 		return ClassPark
 	case errors.Is(err, ErrBadRequest):
 		return ClassInvalid
+	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return ClassUnavailable
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrNeverDecided):
 		return ClassNotFound
 	case errors.Is(err, ErrNotForwarded), errors.Is(err, ErrLedgerIncomplete):
 		return ClassConflict
-	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return ClassUnavailable
 	}
 	return ClassInternal
 }
