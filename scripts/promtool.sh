@@ -9,34 +9,28 @@ STATE_DIR=${GATE_TEST_STATE_DIR:-/tmp/gate-test-services}
 mkdir -p "$STATE_DIR"
 log() { printf 'promtool: %s\n' "$*" >&2; }
 die() { printf 'promtool: FAILED: %s\n' "$*" >&2; exit 1; }
+. "$(dirname "$0")/apt-install.sh"
 
-find_promtool() {
+# The first executable of GATE_TEST_PROMTOOL, PATH and Debian's location.
+promtool_path() {
+  local b
   for b in "${GATE_TEST_PROMTOOL:-}" "$(command -v promtool 2>/dev/null || true)" /usr/bin/promtool; do
-    [ -n "$b" ] && [ -x "$b" ] && { echo "$b"; return 0; }
+    if [ -n "$b" ] && [ -x "$b" ]; then echo "$b"; return 0; fi
   done
   return 1
 }
 
-if ! bin=$(find_promtool); then
-  command -v apt-get >/dev/null || die "promtool is missing and apt-get is not available to install it"
-  [ "$(id -u)" = 0 ] || die "promtool is missing; installing it needs root (run: sudo apt-get install prometheus)"
-  log "apt-get update"
-  DEBIAN_FRONTEND=noninteractive apt-get update -q >"$STATE_DIR/apt-update-prometheus.log" 2>&1 ||
-    die "apt-get update failed, see $STATE_DIR/apt-update-prometheus.log"
-  log "apt-get install prometheus (once, for promtool)"
-  # policy-rc.d 101: the package's own Prometheus server is not started; the
-  # tests need only its promtool.
+if ! bin=$(promtool_path); then
+  # The package would start its own Prometheus server; the tests need only
+  # promtool, so a policy-rc.d answering 101 keeps the service down.
   policy=/usr/sbin/policy-rc.d
   made_policy=
-  if [ ! -e "$policy" ]; then
+  if [ ! -e "$policy" ] && [ "$(id -u)" = 0 ]; then
     printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && made_policy=1
+    trap '[ -n "$made_policy" ] && rm -f "$policy"' EXIT
   fi
-  rc=0
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus \
-    >"$STATE_DIR/apt-install-prometheus.log" 2>&1 || rc=$?
-  [ -n "$made_policy" ] && rm -f "$policy"
-  [ "$rc" = 0 ] || die "apt-get install prometheus failed, see $STATE_DIR/apt-install-prometheus.log"
-  bin=$(find_promtool) || die "prometheus installed but promtool is not on PATH nor at /usr/bin/promtool"
+  apt_install promtool prometheus
+  bin=$(promtool_path) || die "prometheus installed but promtool is not on PATH nor at /usr/bin/promtool"
 fi
 log "promtool ready: $bin ($("$bin" --version 2>&1 | head -n1 || echo 'version unknown'))"
 echo "GATE_TEST_PROMTOOL=$bin"
