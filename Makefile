@@ -45,7 +45,7 @@ fuzz_runs = \
 # every test against them. GATE_TEST_REQUIRE_SERVICES=1 turns any test that
 # would skip for a missing service into a failure.
 test:
-	@$(call with_services,services.sh redis-cluster.sh nacos.sh browser.sh schemathesis.sh); \
+	@$(call with_services,services.sh redis-cluster.sh nacos.sh browser.sh schemathesis.sh promtool.sh); \
 	export GATE_TEST_REQUIRE_SERVICES=1; \
 	echo "make test: services ready; running go test $(TESTFLAGS) $(PKGS)"; \
 	$(GO) vet $(PKGS); \

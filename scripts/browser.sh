@@ -11,6 +11,7 @@ ARTIFACTS=${GATE_TEST_ARTIFACTS:-$(cd "$(dirname "$0")/.." && pwd)/testdata/arti
 mkdir -p "$STATE_DIR" "$ARTIFACTS"
 log() { printf 'browser: %s\n' "$*" >&2; }
 die() { printf 'browser: FAILED: %s\n' "$*" >&2; exit 1; }
+. "$(dirname "$0")/apt-install.sh"
 
 find_chromium() {
   for b in "${GATE_TEST_CHROMIUM:-}" /usr/bin/chromium /usr/bin/chromium-browser; do
@@ -20,15 +21,7 @@ find_chromium() {
 }
 
 if ! bin=$(find_chromium); then
-  command -v apt-get >/dev/null || die "chromium is missing and apt-get is not available to install it"
-  [ "$(id -u)" = 0 ] || die "chromium is missing; installing it needs root (run: sudo apt-get install chromium)"
-  log "apt-get update"
-  DEBIAN_FRONTEND=noninteractive apt-get update -q >"$STATE_DIR/apt-update-chromium.log" 2>&1 ||
-    die "apt-get update failed, see $STATE_DIR/apt-update-chromium.log"
-  log "apt-get install chromium (once; a few minutes)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core \
-    >"$STATE_DIR/apt-install-chromium.log" 2>&1 ||
-    die "apt-get install chromium failed, see $STATE_DIR/apt-install-chromium.log"
+  apt_install chromium chromium fonts-dejavu-core
   bin=$(find_chromium) || die "chromium installed but /usr/bin/chromium is not there"
 fi
 log "chromium ready: $bin ($("$bin" --version 2>/dev/null || echo 'version unknown'))"
