@@ -2,9 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -18,6 +21,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/rs/zerolog"
+	"gopkg.in/yaml.v3"
 )
 
 // dashboardPath is the Grafana dashboard docker-compose.yml provisions.
@@ -212,5 +216,54 @@ func TestDashboardMetricsFromExprs(t *testing.T) {
 	want := []string{"gate_batch_size_count", "gate_decisions_total", "gate_store_call_seconds_bucket"}
 	if !slices.Equal(got, want) {
 		t.Errorf("dashboardMetrics = %v, want %v", got, want)
+	}
+}
+
+// grafanaVar is a Grafana variable or macro in a dashboard query:
+// $scene, ${scene}, $__rate_interval.
+var grafanaVar = regexp.MustCompile(`\$\{?(\w+)\}?`)
+
+// TestDashboardPromQL: every query of the dashboard parses as PromQL, as
+// promtool reads it, with Grafana's variables put in: a range where one
+// stands for a range, a regexp matching everything where one stands in a
+// label matcher. Grafana's label_values() of the variables is not PromQL,
+// and its metric is checked by TestDashboardQueriesMatchMetrics.
+func TestDashboardPromQL(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if testenv.Required() {
+			t.Fatal("promtool is not on PATH (Debian: apt-get install prometheus)")
+		}
+		t.Skip("promtool is not on PATH")
+	}
+	type rule struct {
+		Record string `yaml:"record"`
+		Expr   string `yaml:"expr"`
+	}
+	var rules []rule
+	for i, e := range dashboardExprs(t, dashboardPath) {
+		if strings.HasPrefix(e, "label_values(") {
+			continue
+		}
+		e = grafanaVar.ReplaceAllStringFunc(e, func(v string) string {
+			switch strings.Trim(v, "${}") {
+			case "__rate_interval", "__interval", "__range":
+				return "5m"
+			default:
+				return ".*"
+			}
+		})
+		rules = append(rules, rule{Record: fmt.Sprintf("dashboard:query_%d", i), Expr: e})
+	}
+	doc, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "dashboard.rules.yaml")
+	if err := os.WriteFile(path, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(t.Context(), promtool, "check", "rules", path).CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules: %v\n%s\nqueries:\n%s", err, out, doc)
 	}
 }
