@@ -229,13 +229,7 @@ var grafanaVar = regexp.MustCompile(`\$\{?(\w+)\}?`)
 // label matcher. Grafana's label_values() of the variables is not PromQL,
 // and its metric is checked by TestDashboardQueriesMatchMetrics.
 func TestDashboardPromQL(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if testenv.Required() {
-			t.Fatal("promtool is not on PATH (Debian: apt-get install prometheus)")
-		}
-		t.Skip("promtool is not on PATH")
-	}
+	promtool := testenv.Promtool(t)
 	type rule struct {
 		Record string `yaml:"record"`
 		Expr   string `yaml:"expr"`
