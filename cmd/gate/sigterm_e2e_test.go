@@ -11,13 +11,6 @@ import (
 	"github.com/antifatigue/gate/internal/testing/testenv"
 )
 
-const sigtermRules = `
-scenes:
-  t.sigterm:
-    limits: [{window: 1h, max: 5}]
-    on_exceed: suppress
-`
-
 // TestSIGTERMDuringBatchesLosesNothing: a gate that gets SIGTERM (a
 // Kubernetes pod being stopped) while a stream of messages is being decided
 // exits with code 0 within GATE_SHUTDOWN_TIMEOUT, and once a gate runs
@@ -141,3 +134,10 @@ func streamMsgs(t *testing.T, c *client, stream string) uint64 {
 	}
 	return s.CachedInfo().State.Msgs
 }
+
+const sigtermRules = `
+scenes:
+  t.sigterm:
+    limits: [{window: 1h, max: 5}]
+    on_exceed: suppress
+`
