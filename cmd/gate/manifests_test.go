@@ -350,3 +350,52 @@ func TestProbesAnswerAnyHost(t *testing.T) {
 		}
 	}
 }
+
+// TestRulesFollowConfigMapSwap: the kubelet updates a ConfigMap volume by
+// writing a new hidden folder and swapping the ..data link to it, the
+// files themselves being links through ..data. A gate whose GATE_RULES is
+// such a folder puts the new document in force.
+func TestRulesFollowConfigMapSwap(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	version := func(name, scene string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		doc := "scenes:\n  " + scene + ":\n    limits: [{window: 1h, max: 1}]\n"
+		if err := os.WriteFile(filepath.Join(dir, name, "rules.yaml"), []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(name, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..2026_01_01_00_00_00.1", "k.first")
+	if err := os.Symlink("..data/rules.yaml", filepath.Join(dir, "rules.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, stackEmbedded, "scenes: {}\n")
+	g := e.start(map[string]string{"GATE_RULES": dir})
+	rulesHave := func(scene string) bool {
+		code, body := g.get("/v1/rules", nil, "")
+		return code == http.StatusOK && bytes.Contains(body, []byte(scene))
+	}
+	if !rulesHave("k.first") {
+		t.Fatal("the gate did not start with the mounted rules")
+	}
+	version("..2026_01_01_00_01_00.2", "k.second")
+	if err := os.RemoveAll(filepath.Join(dir, "..2026_01_01_00_00_00.1")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !rulesHave("k.second") {
+		if time.Now().After(deadline) {
+			t.Fatal("the rules swapped in by the ConfigMap update are not in force after 10s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
