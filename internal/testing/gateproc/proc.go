@@ -29,6 +29,7 @@ type Proc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	runs int
+	last *os.ProcessState // how the last run that Stop or Kill ended exited
 }
 
 // New prepares the program at path, named name in logs and failures, to
@@ -113,7 +114,19 @@ func (p *Proc) signal(sig syscall.Signal, wait time.Duration) {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+	p.last = p.cmd.ProcessState
 	p.cmd, p.done = nil, nil
+}
+
+// ExitCode is the exit code of the last run that Stop or Kill ended: -1
+// when a signal ended it (Stop's wait ran out, or Kill) or before any.
+func (p *Proc) ExitCode() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last == nil {
+		return -1
+	}
+	return p.last.ExitCode()
 }
 
 // Exited reports whether the process ended on its own.
