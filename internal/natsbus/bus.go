@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/antifatigue/gate/internal/gate"
 )
 
 // Stream and consumer names are part of the public contract.
@@ -19,9 +21,11 @@ const (
 	ConsumerName = "gate"
 )
 
-// Header names the gate sets on messages it publishes.
+// Header names the gate sets on messages it publishes. HeaderScene is the
+// header a producer names a message's scene with too (gate.SceneHeader):
+// one name, read and written.
 const (
-	HeaderScene        = "Gate-Scene"
+	HeaderScene        = gate.SceneHeader
 	HeaderDecision     = "Gate-Decision"
 	HeaderRulesVersion = "Gate-Rules-Version"
 	HeaderShadow       = "Gate-Shadow"
