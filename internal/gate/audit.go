@@ -40,7 +40,7 @@ type Suppression struct {
 	LimitRate     Duration  `json:"limit_rate,omitempty"`     // a rate limit's emission interval (LimitMax is its burst, LimitWindow 0)
 	CountSeen     int       `json:"count_seen"`
 	Shadow        bool      `json:"shadow"`
-	Reason        string    `json:"reason"` // "limit" | "unknown_scene" | "quiet_hours" | "queued"
+	Reason        string    `json:"reason"` // "limit" | "unknown_scene" | "quiet_hours" | "queued" | "preference" | "reused_id"
 	RulesVersion  string    `json:"rules_version"`
 	DecidedAt     time.Time `json:"decided_at"`
 	NextAllowedAt time.Time `json:"next_allowed_at,omitzero"`
@@ -138,10 +138,14 @@ func RecordOf(key string, m Message, d Decision, seq uint64, rulesVersion string
 }
 
 // Prior is what the ledger holds of a key committed before: the outcome
-// then decided and when.
+// then decided and when, and the scene and recipient it was decided for
+// (empty for an invalid message, and for rows written before the ledger
+// kept them), which tell a duplicate from a reused id (Reuses).
 type Prior struct {
-	Outcome Outcome
-	At      time.Time
+	Outcome   Outcome
+	At        time.Time
+	Scene     string
+	Recipient string
 }
 
 // AuditLog makes decisions durable.
@@ -151,7 +155,7 @@ type Prior struct {
 // scene's hourly counters. Records whose Key is already known change
 // nothing, so Commit is idempotent and safe to retry; it returns their keys
 // (nil when every key was new). Decided returns, of keys, those committed
-// before with what was decided.
+// before with what was decided, when, and for which scene and recipient.
 //
 // A failed Commit wrote nothing. Its error wraps one of:
 //   - ErrUnavailable: transient (the database unreachable, a timeout, a

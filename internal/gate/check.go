@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -205,12 +206,18 @@ type StoredAnswer struct {
 
 // CheckFailure is the message of the {"error": …} body that answers a
 // check that failed with err, on POST /v1/check and gate.check alike; the
-// status is the transport's, from Classify(err). A store's own words stay
-// in the log: they may name hosts.
+// status is the transport's, from Classify(err): 409 for an id first used
+// for another scene or recipient, whose use the message names. A store's
+// own words stay in the log: they may name hosts.
 func CheckFailure(err error) string {
+	var reused *ReusedError
 	switch Classify(err) {
 	case ClassPark:
 		return "invalid check: " + InvalidReason(err)
+	case ClassConflict:
+		if errors.As(err, &reused) {
+			return "reused id: " + OneLine(reused.Error(), 1024)
+		}
 	case ClassUnavailable:
 		return "the window store or the audit store did not answer: ask again, with the same id"
 	}

@@ -34,8 +34,8 @@ const (
 	// (ErrNotFound, ErrNeverDecided). Asked again, it gets the same answer.
 	ClassNotFound
 	// ClassConflict is a valid request that what it names refuses, as it
-	// stands (ErrNotForwarded, ErrLedgerIncomplete). Asked again, it gets
-	// the same answer.
+	// stands (ErrNotForwarded, ErrLedgerIncomplete, ErrReusedID). Asked
+	// again, it gets the same answer.
 	ClassConflict
 	// ClassUnavailable is a dependency that did not answer in time
 	// (ErrUnavailable, a context deadline or cancellation): nothing was
@@ -66,7 +66,7 @@ func Classify(err error) Class {
 		return ClassUnavailable
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrNeverDecided):
 		return ClassNotFound
-	case errors.Is(err, ErrNotForwarded), errors.Is(err, ErrLedgerIncomplete):
+	case errors.Is(err, ErrNotForwarded), errors.Is(err, ErrLedgerIncomplete), errors.Is(err, ErrReusedID):
 		return ClassConflict
 	}
 	return ClassInternal
@@ -77,10 +77,17 @@ func Classify(err error) Class {
 // message path also one a store refused for good or one that made the gate
 // panic, with a reason that says so. It is permanent (ClassPark): a
 // transport parks the message on the dead-letter subject with Reason and
-// terminates it, or tells the caller Reason.
-type InvalidError struct{ Reason string }
+// terminates it, or tells the caller Reason. Err, when set, is the error
+// the reason stems from (a *ReusedError), for errors.Is and errors.As.
+type InvalidError struct {
+	Reason string
+	Err    error
+}
 
 func (e *InvalidError) Error() string { return "invalid message: " + e.Reason }
+
+// Unwrap returns Err.
+func (e *InvalidError) Unwrap() error { return e.Err }
 
 func invalidf(format string, args ...any) error {
 	return &InvalidError{Reason: fmt.Sprintf(format, args...)}

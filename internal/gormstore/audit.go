@@ -42,7 +42,7 @@ func (s *Store) decidedInChunks(ctx context.Context, keys []string) (map[string]
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
 	decided := make(map[string]gate.Prior)
 	for chunk := range slices.Chunk(keys, chunkRows) {
-		rows, err := s.db.WithContext(ctx).Raw(`SELECT "key", outcome, decided_at FROM decisions WHERE "key" IN ?`, chunk).Rows()
+		rows, err := s.db.WithContext(ctx).Raw(`SELECT `+priorColumns+` FROM decisions WHERE "key" IN ?`, chunk).Rows()
 		if err != nil {
 			return nil, classify("decided", err)
 		}
@@ -355,19 +355,24 @@ func multiRow(head string, cols, rows int) string {
 	return b.String()
 }
 
-// scanPriors reads rows of (key, outcome, decided_at) into m, and closes
-// rows.
+// priorColumns are the ledger's columns Decided reads: what a gate.Prior
+// holds.
+const priorColumns = `"key", outcome, decided_at, scene, recipient`
+
+// scanPriors reads rows of priorColumns into m, and closes rows.
 func scanPriors(rows *sql.Rows, m map[string]gate.Prior) error {
 	defer rows.Close()
 	for rows.Next() {
 		var (
 			k, outcome string
+			p          gate.Prior
 			at         scanTime
 		)
-		if err := rows.Scan(&k, &outcome, &at); err != nil {
+		if err := rows.Scan(&k, &outcome, &at, &p.Scene, &p.Recipient); err != nil {
 			return err
 		}
-		m[k] = gate.Prior{Outcome: gate.Outcome(outcome), At: at.t}
+		p.Outcome, p.At = gate.Outcome(outcome), at.t
+		m[k] = p
 	}
 	return rows.Err()
 }

@@ -48,7 +48,7 @@ func (s *Store) Answers(ctx context.Context, ids []string) (map[string]gate.Stor
 		q.WriteString("SELECT CAST(? AS text) AS k")
 		args[i] = id
 	}
-	rows, err := s.db.WithContext(ctx).Raw(`SELECT q.k, a.answer, d.outcome, d.decided_at
+	rows, err := s.db.WithContext(ctx).Raw(`SELECT q.k, a.answer, d.outcome, d.decided_at, d.scene, d.recipient
 FROM (`+q.String()+`) q
 LEFT JOIN check_answers a ON a.id = q.k
 LEFT JOIN decisions d ON d."key" = q.k`, args...).Rows()
@@ -58,16 +58,16 @@ LEFT JOIN decisions d ON d."key" = q.k`, args...).Rows()
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			id              string
-			answer, outcome sql.NullString
-			at              scanTime
+			id                                string
+			answer, outcome, scene, recipient sql.NullString
+			at                                scanTime
 		)
-		if err := rows.Scan(&id, &answer, &outcome, &at); err != nil {
+		if err := rows.Scan(&id, &answer, &outcome, &at, &scene, &recipient); err != nil {
 			return nil, classify(op, err)
 		}
 		var sa gate.StoredAnswer
 		if outcome.Valid {
-			sa.Prior = gate.Prior{Outcome: gate.Outcome(outcome.String), At: at.t}
+			sa.Prior = gate.Prior{Outcome: gate.Outcome(outcome.String), At: at.t, Scene: scene.String, Recipient: recipient.String}
 		}
 		if answer.Valid {
 			if err := json.Unmarshal([]byte(answer.String), &sa.Answer); err != nil {

@@ -31,7 +31,7 @@ import (
 // queue rows are taken in byte order (COLLATE "C"), as Settle takes them,
 // whatever the database's collation.
 
-const decidedPostgres = `SELECT "key", outcome, decided_at FROM decisions WHERE "key" = ANY($1::text[])`
+const decidedPostgres = `SELECT ` + priorColumns + ` FROM decisions WHERE "key" = ANY($1::text[])`
 
 var commitPostgres = commitStatement(new(paramSeq))
 

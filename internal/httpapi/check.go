@@ -11,13 +11,15 @@ import (
 
 // Checker answers a synchronous check from its JSON body (the pipeline's
 // Checker). Its errors are an *gate.InvalidError for a body that is not a
-// valid check, or wrap gate.ErrUnavailable when a store did not answer.
+// valid check, a *gate.ReusedError for an id first used for another scene
+// or recipient, or wrap gate.ErrUnavailable when a store did not answer.
 type Checker interface {
 	Check(ctx context.Context, body []byte) (gate.CheckAnswer, error)
 }
 
 // check serves POST /v1/check: 200 with the answer, 400 for a body that is
-// not a valid check (too large included), 503 when a store did not answer
+// not a valid check (too large included), 409 for a reused id (Status maps
+// its class), 503 when a store did not answer
 // (ask again with the same id), 404 when the server has no Checker.
 func (s *server) check(w http.ResponseWriter, r *http.Request) {
 	if s.o.Checker == nil {

@@ -217,7 +217,7 @@ func suppressionFilter(q url.Values) (gate.SuppressionFilter, error) {
 
 // suppressionReasons are the values of a suppression row's reason, which
 // the reason filter takes (the enum of Suppression.reason in openapi.json).
-var suppressionReasons = []string{gate.ReasonLimit, "unknown_scene", gate.ReasonQuietHours, gate.ReasonQueued, gate.ReasonPreference}
+var suppressionReasons = []string{gate.ReasonLimit, "unknown_scene", gate.ReasonQuietHours, gate.ReasonQueued, gate.ReasonPreference, gate.ReasonReusedID}
 
 // nameParam reads a scene or recipient filter; absent or empty means
 // every one. A value must pass the check every message's scene and

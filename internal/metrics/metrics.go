@@ -45,9 +45,13 @@ type Metrics struct {
 	// ledger_incomplete|invalid|failed.
 	Refunds *prometheus.CounterVec
 	// Checks counts synchronous checks (POST /v1/check, gate.check) by
-	// decision (forward|suppress|drop|defer|digest, or invalid|error when
-	// not answered) and dry_run.
+	// decision (forward|suppress|drop|defer|digest, or invalid|reused|error
+	// when not answered) and dry_run.
 	Checks *prometheus.CounterVec
+	// ReusedIDs counts ids used again for another scene or recipient than
+	// their first use, by source: message (parked on the dead letter) or
+	// check (answered 409).
+	ReusedIDs *prometheus.CounterVec
 }
 
 // New registers the gate's collectors, plus the Go and process collectors,
@@ -80,10 +84,12 @@ func New(reg *prometheus.Registry) *Metrics {
 		m.Recovered, m.Redeliveries, m.Parked, m.Panicked, m.ConsumerPending, m.ConsumerAckPend, m.RulesReloads, m.RulesReloadErrs,
 		m.RulesInfo, m.DependencyUp, m.HTTPRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.Checks = counterVec("gate_checks_total", "Synchronous checks (POST /v1/check, gate.check), by decision (forward, suppress, drop, defer, digest; invalid for a bad body, error when a store did not answer) and dry_run.", "decision", "dry_run")
+	m.Checks = counterVec("gate_checks_total", "Synchronous checks (POST /v1/check, gate.check), by decision (forward, suppress, drop, defer, digest; invalid for a bad body, reused for an id first used for another scene or recipient, error when a store did not answer) and dry_run.", "decision", "dry_run")
 	reg.MustRegister(m.Checks)
 	m.Refunds = counterVec("gate_refunds_total", "Refund requests (POST /v1/refund, gate.refund), by result: refunded (taken out of its windows), already_refunded (nothing changed), never_decided, not_forwarded and ledger_incomplete (refused), invalid (unreadable body), failed (a store was down; the request is retried).", "result")
 	reg.MustRegister(m.Refunds)
+	m.ReusedIDs = counterVec("gate_reused_ids_total", "Ids used again for another scene or recipient than their first use, by source: message (sent to the dead letter with a Gate-Error naming the first use, counted invalid) or check (answered 409).", "source")
+	reg.MustRegister(m.ReusedIDs)
 	return m
 }
 

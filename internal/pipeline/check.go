@@ -28,7 +28,9 @@ var ErrCheckStore = errors.New("check could not be answered")
 
 // Check answers the check whose JSON is body. Its errors are an
 // *gate.InvalidError for a body that is not a valid check (the caller must
-// correct it), or wrap gate.ErrUnavailable when a store could not answer
+// correct it), a *gate.ReusedError (ClassConflict, 409) for an id first
+// used for another scene or recipient, whose check takes no slot, or wrap
+// gate.ErrUnavailable when a store could not answer
 // (the caller may retry, with the same id: nothing was recorded, or what
 // was is found again). Any other error is a bug.
 //
@@ -53,28 +55,31 @@ func (c *Checker) Check(ctx context.Context, body []byte) (a gate.CheckAnswer, e
 		return gate.CheckAnswer{}, err
 	}
 	if _, batched := c.o.Answers.(gate.CheckAnswersBatch); !batched {
-		if prev, ok, err := c.storedAnswer(ctx, req.Message.ID); err != nil || ok {
+		if prev, ok, err := c.storedAnswer(ctx, req.Message); err != nil || ok {
 			return prev, err
 		}
 	}
 	return c.await(ctx, c.enqueue(ctx, req))
 }
 
-// storedAnswer looks id up among the stored answers and in the ledger: a check
-// of an id decided before gets that decision back. An id in the ledger
-// without an answer is a message decided on gate.in, or a check storing
-// its answer now, which first waits for a moment.
-func (c *Checker) storedAnswer(ctx context.Context, id string) (gate.CheckAnswer, bool, error) {
-	a, found, prior, err := c.o.Answers.Answer(ctx, id)
+// storedAnswer looks m's id up among the stored answers and in the ledger: a
+// check of an id decided before gets that decision back, or 409 when it was
+// decided for another scene or recipient. An id in the ledger without an
+// answer is a message decided on gate.in, or a check storing its answer
+// now, which first waits for a moment.
+func (c *Checker) storedAnswer(ctx context.Context, m gate.Message) (gate.CheckAnswer, bool, error) {
+	a, found, prior, err := c.o.Answers.Answer(ctx, m.ID)
 	switch {
 	case err != nil:
 		return gate.CheckAnswer{}, false, checks.unavailable("audit", "check_answer", err)
+	case reusedBy(prior, m) != nil:
+		return gate.CheckAnswer{}, true, reusedBy(prior, m)
 	case found:
 		return a.AsDuplicate(), true, nil
 	case prior.Outcome != "":
 		// A check that claimed the id a moment ago stores its answer
 		// right after: waited for, before the ledger's outcome stands in.
-		a, err := c.first(ctx, id, 1)
+		a, err := c.first(ctx, m, 1)
 		return a, true, err
 	}
 	return gate.CheckAnswer{}, false, nil
@@ -85,13 +90,14 @@ func (c *Checker) storedAnswer(ctx context.Context, id string) (gate.CheckAnswer
 // commit.
 const firstTries = 5
 
-// first is the answer of the check (or message) that claimed id in the
-// ledger first. The answer of a concurrent check is stored just after its
+// first is the answer of the check (or message) that claimed m's id in the
+// ledger first, or a *gate.ReusedError when that claim was for another
+// scene or recipient. The answer of a concurrent check is stored just after its
 // claim, so it is looked for a few times (firstTries in all) before the
 // ledger's outcome stands in for it. tried is how many of those looks the
 // caller has just made (0 or 1): one that has just looked starts by
 // waiting.
-func (c *Checker) first(ctx context.Context, id string, tried int) (gate.CheckAnswer, error) {
+func (c *Checker) first(ctx context.Context, m gate.Message, tried int) (gate.CheckAnswer, error) {
 	for try := tried + 1; ; try++ {
 		if try > 1 {
 			t := time.NewTimer(time.Duration(try-1) * 10 * time.Millisecond)
@@ -103,10 +109,12 @@ func (c *Checker) first(ctx context.Context, id string, tried int) (gate.CheckAn
 			case <-t.C:
 			}
 		}
-		a, found, prior, err := c.o.Answers.Answer(ctx, id)
+		a, found, prior, err := c.o.Answers.Answer(ctx, m.ID)
 		switch {
 		case err != nil:
 			return gate.CheckAnswer{}, checks.unavailable("audit", "check_answer", err)
+		case reusedBy(prior, m) != nil:
+			return gate.CheckAnswer{}, reusedBy(prior, m)
 		case found:
 			return a.AsDuplicate(), nil
 		case try >= firstTries && prior.Outcome != "":
@@ -114,13 +122,13 @@ func (c *Checker) first(ctx context.Context, id string, tried int) (gate.CheckAn
 		case try >= firstTries:
 			c.core.failedCall("audit", "check_answer")
 			return gate.CheckAnswer{}, checks.unavailable("audit", "check_answer",
-				fmt.Errorf("id %q: the ledger refused it as known, and has no row for it", id))
+				fmt.Errorf("id %q: the ledger refused it as known, and has no row for it", m.ID))
 		}
 	}
 }
 
-// count counts an answered check by decision, or a failed one as "error"
-// or "invalid".
+// count counts an answered check by decision, or a failed one as "error",
+// "invalid" or "reused" (a reused id, also counted in gate_reused_ids_total).
 func (c *Checker) count(a gate.CheckAnswer, err error) {
 	if c.o.Metrics == nil {
 		return
@@ -129,6 +137,9 @@ func (c *Checker) count(a gate.CheckAnswer, err error) {
 	switch {
 	case gate.IsInvalid(err):
 		decision = "invalid"
+	case errors.Is(err, gate.ErrReusedID):
+		decision = "reused"
+		c.o.Metrics.ReusedIDs.WithLabelValues("check").Inc()
 	case err != nil:
 		decision = "error"
 	}

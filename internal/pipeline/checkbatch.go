@@ -44,8 +44,9 @@ type checkItem struct {
 	once sync.Once
 	a    gate.CheckAnswer
 	err  error
-	// twins are the later non-dry checks of the same id in the same batch:
-	// they get this check's answer, marked duplicate, and take no slot.
+	// twins are the later non-dry checks of the same id, scene and
+	// recipient in the same batch: they get this check's answer, marked
+	// duplicate, and take no slot.
 	twins []*checkItem
 }
 
@@ -139,7 +140,9 @@ func (c *Checker) decideBatch(batch []*checkItem) {
 			}
 		}
 	}()
-	left := c.storedAnswers(ctx, leaders(batch))
+	lead, later := leaders(batch)
+	c.requeue(later)
+	left := c.storedAnswers(ctx, lead)
 	rules := c.o.Rules.Current()
 	items := make([]item, len(left))
 	for i, ck := range left {
@@ -176,9 +179,13 @@ func (c *Checker) decideBatch(batch []*checkItem) {
 }
 
 // leaders is the batch without the checks whose callers are gone, and with
-// each later non-dry check of an id folded into the first one's twins.
-func leaders(batch []*checkItem) []*checkItem {
-	items := make([]*checkItem, 0, len(batch))
+// each later non-dry check of an id folded into the first one's twins. A
+// later check that uses the id for another scene or recipient is no twin:
+// it is returned in later, for the next batch, where it meets the id's
+// first use in the ledger (a reused id) or, should the first fail, decides
+// the id itself.
+func leaders(batch []*checkItem) (items, later []*checkItem) {
+	items = make([]*checkItem, 0, len(batch))
 	first := make(map[string]*checkItem, len(batch))
 	for _, it := range batch {
 		select {
@@ -189,14 +196,29 @@ func leaders(batch []*checkItem) []*checkItem {
 		}
 		if !it.req.DryRun {
 			if f, ok := first[it.req.Message.ID]; ok {
-				f.twins = append(f.twins, it)
+				if gate.Reuses(gate.UseOf(f.req.Message, time.Time{}), it.req.Message) != nil {
+					later = append(later, it)
+				} else {
+					f.twins = append(f.twins, it)
+				}
 				continue
 			}
 			first[it.req.Message.ID] = it
 		}
 		items = append(items, it)
 	}
-	return items
+	return items, later
+}
+
+// requeue puts checks back at the head of the queue, for the next batch,
+// which the drain loop under way takes.
+func (c *Checker) requeue(its []*checkItem) {
+	if len(its) == 0 {
+		return
+	}
+	c.q.mu.Lock()
+	c.q.pending = append(its, c.q.pending...)
+	c.q.mu.Unlock()
 }
 
 // storedAnswers looks the batch's ids up among the stored answers and in the
@@ -235,6 +257,8 @@ func (c *Checker) storedAnswers(ctx context.Context, items []*checkItem) []*chec
 		sa := found[it.req.Message.ID]
 		switch {
 		case it.answered():
+		case reusedBy(sa.Prior, it.req.Message) != nil:
+			it.resolve(gate.CheckAnswer{}, reusedBy(sa.Prior, it.req.Message))
 		case sa.Found:
 			it.resolve(sa.Answer.AsDuplicate(), nil)
 		case sa.Prior.Outcome != "":
@@ -249,7 +273,8 @@ func (c *Checker) storedAnswers(ctx context.Context, items []*checkItem) []*chec
 }
 
 // answerFirst answers a check whose id was claimed first by another check (or a
-// message): with the first claim's answer. A window counts an id once,
+// message): with the first claim's answer, or 409 when the first claim was
+// for another scene or recipient. A window counts an id once,
 // whichever ask recorded it: when the first was admitted, the slot this
 // check recorded (taken) is its slot too, and stays; otherwise it is taken
 // back (see sharesSlot). tried is as first's: 1 when the caller has just
@@ -257,7 +282,7 @@ func (c *Checker) storedAnswers(ctx context.Context, items []*checkItem) []*chec
 func (c *Checker) answerFirst(it *checkItem, tried int, taken []gate.AdmitRequest) {
 	ctx, cancel := context.WithTimeout(context.Background(), checkBatchTimeout)
 	defer cancel()
-	first, err := c.first(ctx, it.req.Message.ID, tried)
+	first, err := c.first(ctx, it.req.Message, tried)
 	if err != nil || !first.Admitted {
 		c.core.forgetLogged(ctx, taken, "a check's admission taken back stays counted in its windows")
 	}

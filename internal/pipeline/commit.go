@@ -35,11 +35,12 @@ type refusal struct {
 // before commit returns.
 func (c *core) commit(ctx context.Context, k kind, rules *gate.RuleSet, items []item) {
 	var batch []pending
+	now := c.now()
 	for i := range items {
 		it := &items[i]
 		switch {
 		case it.state == invalid:
-			batch = append(batch, pending{gate.Record{Key: it.key, Scene: it.msg.Scene, Outcome: gate.OutcomeInvalid, At: c.now()}, i})
+			batch = append(batch, pending{invalidRecord(it, rules, now), i})
 		case it.state != decided || it.dryRun:
 		case k == checks:
 			batch = append(batch, pending{gate.CheckRecord(it.msg, it.dec, rules.Version), i})
@@ -63,7 +64,7 @@ func (c *core) commit(ctx context.Context, k kind, rules *gate.RuleSet, items []
 		forget = append(forget, c.park(ctx, items, refused)...)
 	}
 	if len(known) > 0 {
-		forget = append(forget, c.conflicts(ctx, k, items, known)...)
+		forget = append(forget, c.conflicts(ctx, k, rules, items, known)...)
 	}
 	for _, p := range batch {
 		if it := &items[p.i]; it.state == decided && !it.dryRun {
@@ -146,12 +147,15 @@ func (c *core) park(ctx context.Context, items []item, refused []refusal) (forge
 
 // conflicts handles the keys the commit found in the ledger already. A
 // check's is left in state conflict, for its front end to answer with the
-// first claim's answer (Checker.answerFirst). A message's id was published
-// again by its producer: it takes its first outcome back (state prior),
-// and an admission this batch counted is returned, to be taken out of the
-// window, unless it is the first claim's slot too (sharesSlot). Should the
-// lookup fail, the message is retried (its redelivery is looked up first).
-func (c *core) conflicts(ctx context.Context, k kind, items []item, known []string) (forget []gate.AdmitRequest) {
+// first claim's answer (Checker.answerFirst), or 409 for a reused id. A
+// message's id was published again: by its producer, for the same scene
+// and recipient, when it takes its first outcome back (state prior), and
+// an admission this batch counted is returned, to be taken out of the
+// window, unless it is the first claim's slot too (sharesSlot); for
+// another scene or recipient, when it is parked as a reused id
+// (reusedPriors). Should the lookup fail, the message is retried (its
+// redelivery is looked up first).
+func (c *core) conflicts(ctx context.Context, k kind, rules *gate.RuleSet, items []item, known []string) (forget []gate.AdmitRequest) {
 	byKey := make(map[string]bool, len(known))
 	for _, key := range known {
 		byKey[key] = true
@@ -167,6 +171,8 @@ func (c *core) conflicts(ctx context.Context, k kind, items []item, known []stri
 	priors, err := c.audit.Decided(ctx, known)
 	if err != nil {
 		err = k.unavailable("audit", "decided", err)
+	} else {
+		forget = c.reusedPriors(ctx, rules, items, priors)
 	}
 	for i := range items {
 		it := &items[i]

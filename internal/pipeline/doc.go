@@ -28,8 +28,8 @@
 //
 // Read in flow order, the files are one message's path: state.go (the
 // per-message state), core.go, plan.go, wait.go, admit.go, resolve.go,
-// commit.go, forward.go; then the front ends pipeline.go, check.go and
-// checkbatch.go, release.go and settle.go, refund.go; ports.go wraps the
+// commit.go (with reuse.go), forward.go; then the front ends pipeline.go,
+// check.go and checkbatch.go, release.go and settle.go, refund.go; ports.go wraps the
 // ports with metrics at wiring time, observe.go counts decisions and
 // recovers panics.
 //
@@ -53,7 +53,8 @@
 //
 //   - item: one message or check on its way through the core.
 //   - key: an item's idempotency key: its id, "invalid:" and its
-//     Nats-Msg-Id, or "seq:" and its stream sequence.
+//     Nats-Msg-Id, "seq:" and its stream sequence, or, for a message
+//     parked as a reused id, "reused:seq:", its sequence, ":" and its id.
 //   - plan: what deciding an item takes (gate.Plan): the window request,
 //     the queues it may join, whether quiet hours or a bypass apply.
 //   - toDecide: the state of an item this batch decides and has not yet.
@@ -70,6 +71,10 @@
 //     the ledger holds, which it keeps.
 //   - conflict: the state of an item whose commit found its key in the
 //     ledger already; it takes the first claim's outcome.
+//   - reused id: a key met again (a twin, a prior, a conflict) for another
+//     scene or recipient than its first use (gate.Reuses): never a
+//     duplicate. A message is parked naming the first use, a check
+//     answers 409; neither keeps a slot (reuse.go).
 //   - failed: the state of an item a store failed; its error is its
 //     verdict (a message is retried).
 //   - slot: what the window store recorded for an item: noSlot, duplicate

@@ -27,6 +27,9 @@ func (p *Pipeline) observe(rules *gate.RuleSet, it *item) {
 	outcome, shadow := gate.OutcomeInvalid, "false"
 	if it.state == invalid {
 		m.Invalid.WithLabelValues(scene).Inc()
+		if it.reusedError() != nil {
+			m.ReusedIDs.WithLabelValues("message").Inc()
+		}
 	} else {
 		outcome = it.dec.Outcome
 		if it.dec.Shadow {

@@ -78,6 +78,7 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 	if err := p.core.decide(ctx, messages, rules, items, p.busy); err != nil {
 		return failAll(items, messages.unavailable("audit", "waiting", err))
 	}
+	reusedTwins(items, p.o.Now())
 	unadmit := p.core.keepOrder(items)
 	queues := heldQueues(items)
 	done, turn, forwarded := p.track(keys, queues)
@@ -110,7 +111,8 @@ func failAll(items []item, err error) func() []error {
 }
 
 // priors looks the redelivered messages up in the ledger: one decided
-// before keeps its outcome (state prior). A key the audit log refuses for
+// before keeps its outcome (state prior), unless the ledger's use of its id
+// was for another scene or recipient: then it is parked as a reused id. A key the audit log refuses for
 // good is one it could never have committed: taken as never decided, its
 // message is decided, and the commit refuses it again and parks it. Any
 // other error fails the lookup, and the batch.
@@ -138,9 +140,15 @@ func (p *Pipeline) priors(ctx context.Context, items []item) error {
 	for i := range items {
 		it := &items[i]
 		// Every outcome in the ledger is non-empty.
-		if pr, ok := known[it.key]; ok && pr.Outcome != "" && it.state != twin {
-			it.state, it.prior = prior, pr
+		pr, ok := known[it.key]
+		if !ok || pr.Outcome == "" || it.state == twin {
+			continue
 		}
+		if e := gate.Reuses(pr.Use(), it.msg); e != nil && it.state == toDecide {
+			it.reuse(e)
+			continue
+		}
+		it.state, it.prior = prior, pr
 	}
 	return nil
 }
@@ -221,6 +229,10 @@ func (p *Pipeline) verdicts(rules *gate.RuleSet, items []item) []error {
 		}
 		if it.state == committed || it.state == invalid {
 			p.observe(rules, it)
+		}
+		if e := it.reusedError(); e != nil {
+			p.o.Log.Warn("a message reuses an id first used for another scene or recipient: sent to the dead letter",
+				"id", e.ID, "seq", it.d.Seq, "scene", it.msg.Scene, "first_scene", e.First.Scene, "first_at", e.First.At)
 		}
 	}
 	return errs

@@ -127,7 +127,7 @@ func (l *ledger) Commit(_ context.Context, recs []gate.Record) ([]string, error)
 			continue
 		}
 		l.commits[r.Key]++
-		l.priors[r.Key] = gate.Prior{Outcome: r.Outcome, At: r.At}
+		l.priors[r.Key] = gate.Prior{Outcome: r.Outcome, At: r.At, Scene: r.Scene, Recipient: r.Recipient}
 		l.recs[r.Key] = r
 		if l.holds != nil && r.Hold != nil {
 			l.holds.add(*r.Hold)

@@ -10,7 +10,9 @@ import (
 // stage reads it to know whether the message is its to handle, and moves
 // it on; each word means one thing (see the glossary in doc.go).
 //
-//	parse:   toDecide | invalid | twin; the ledger lookup: -> prior
+//	parse:   toDecide | invalid | twin; the ledger lookup: -> prior |
+//	         invalid (a reused id); after decide, twin -> invalid (a
+//	         reused id)
 //	wait:    toDecide -> decided (held behind its queue) | failed (a
 //	         check whose queue the store refused or could not look at)
 //	admit:   toDecide -> invalid (a message or held one the store
@@ -19,8 +21,9 @@ import (
 //	         open)
 //	resolve: toDecide -> decided
 //	commit:  decided | invalid -> committed (decided only) | invalid
-//	         (parked) | failed | prior (a message whose key the ledger
-//	         held) | conflict (such a check)
+//	         (parked; a message whose key the ledger held for another
+//	         scene or recipient: a reused id) | failed | prior (a message
+//	         whose key the ledger held) | conflict (such a check)
 //	forward: committed | prior -> failed (the publish failed)
 type state uint8
 

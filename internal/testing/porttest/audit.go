@@ -24,7 +24,8 @@ type AuditHarness struct {
 
 // RunAuditLog is the behaviour every gate.AuditLog must have: Commit is
 // idempotent per key and says which keys it knew, the first record of a
-// key in a batch wins, Decided reports what was committed and when,
+// key in a batch wins, Decided reports what was committed, when and for
+// which scene and recipient,
 // overlapping commits at once count each key once, bad records fail the
 // whole batch permanently, and Ping answers.
 func RunAuditLog(t *testing.T, h AuditHarness) {
@@ -35,6 +36,7 @@ func RunAuditLog(t *testing.T, h AuditHarness) {
 		{"CommitIdempotent", testCommitIdempotent},
 		{"FirstRecordOfAKeyWins", testFirstRecordWins},
 		{"DecidedAndLargeBatch", testDecidedAndLargeBatch},
+		{"DecidedSaysForWhom", testDecidedSaysForWhom},
 		{"ConcurrentOverlappingCommits", testConcurrentOverlappingCommits},
 		{"BadRecords", testBadRecords},
 		{"Ping", testPing},
@@ -109,6 +111,29 @@ func testDecidedAndLargeBatch(t *testing.T, h AuditHarness) {
 	}
 	if got, err := log.Decided(context.Background(), nil); err != nil || len(got) != 0 {
 		t.Errorf("Decided(nil): got %v, %v; want an empty map", got, err)
+	}
+}
+
+// Decided says which scene and recipient a key was decided for: what tells
+// a message that repeats an id from one that reuses it for someone else
+// (gate.Reuses).
+func testDecidedSaysForWhom(t *testing.T, h AuditHarness) {
+	log := h.Open(t)
+	fwd := Record("who-fwd", "disk", gate.OutcomeForward, T0)
+	fwd.Recipient = "open_id:ou_a"
+	sup := Suppressed("who-sup", "cpu", "open_id:ou_b", T0.Add(time.Second))
+	sup.Recipient = "open_id:ou_b"
+	mustCommit(t, log, fwd, sup, Record("invalid:who-bad", "disk", gate.OutcomeInvalid, T0))
+	got := decided(t, log, "who-fwd", "who-sup", "invalid:who-bad")
+	for key, want := range map[string]gate.Prior{
+		"who-fwd":         {Outcome: gate.OutcomeForward, At: T0, Scene: "disk", Recipient: "open_id:ou_a"},
+		"who-sup":         {Outcome: gate.OutcomeSuppress, At: T0.Add(time.Second), Scene: "cpu", Recipient: "open_id:ou_b"},
+		"invalid:who-bad": {Outcome: gate.OutcomeInvalid, At: T0, Scene: "disk"},
+	} {
+		p := got[key]
+		if p.Outcome != want.Outcome || !p.At.Equal(want.At) || p.Scene != want.Scene || p.Recipient != want.Recipient {
+			t.Errorf("Decided[%s] = %+v, want %+v", key, p, want)
+		}
 	}
 }
 
