@@ -126,12 +126,13 @@ type Bus struct {
 }
 
 // Connect dials url with reconnects that never give up, so a NATS outage
-// pauses the gate instead of ending it.
-func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
-	nc, err := nats.Connect(url,
+// pauses the gate instead of ending it. extra add to the options
+// (credentials: EmbeddedGate).
+func Connect(url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
+	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond),
+		nats.ReconnectWait(500 * time.Millisecond),
 		nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
@@ -139,7 +140,11 @@ func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
-	)
+		// A permissions violation (a NATS server whose user for the gate
+		// may not do all it needs) would otherwise go unsaid.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("nats error", "err", err) }),
+	}, extra...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats: %w", err)
 	}
