@@ -21,7 +21,8 @@ import (
 // leaves no key behind.
 func TestSeedBaselineDecidesAsTheSimulation(t *testing.T) {
 	redisURL, dbURL := testenv.RedisURL(t), testenv.DatabaseURL(t)
-	ns, err := natsbus.StartEmbedded("127.0.0.1:-1", filepath.Join(t.TempDir(), "js"))
+	const password = "seed-test-password"
+	ns, err := natsbus.StartEmbedded(natsbus.EmbeddedOptions{Addr: "127.0.0.1:-1", StoreDir: filepath.Join(t.TempDir(), "js"), GatePassword: password})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,9 @@ func TestSeedBaselineDecidesAsTheSimulation(t *testing.T) {
 	defer rdb.Close()
 	var raw [4]byte
 	_, _ = rand.Read(raw[:])
-	r := &runner{cfg: &config{databaseURL: dbURL}, tag: hex.EncodeToString(raw[:]), redis: rdb, natsURL: ns.ClientURL(), log: io.Discard}
+	r := &runner{cfg: &config{databaseURL: dbURL}, tag: hex.EncodeToString(raw[:]), redis: rdb, log: io.Discard,
+		// As the gate: the streams and their consumers take its user.
+		natsURL: "nats://" + natsbus.EmbeddedGateUser + ":" + password + "@" + ns.Addr().String()}
 	if r.nc, err = nats.Connect(r.natsURL); err != nil {
 		t.Fatal(err)
 	}

@@ -70,6 +70,10 @@ type config struct {
 	PreferencesCache int       // GATE_PREFERENCES_CACHE
 	TestClock        time.Time // zero: the real clock
 
+	// EmbeddedNATSPassword is the password of the embedded server's user
+	// gate; empty: the one in the data directory (embeddedNATSPassword).
+	EmbeddedNATSPassword string
+
 	// explicit holds the flags whose value came from a flag or a variable
 	// rather than the default.
 	explicit map[string]bool
@@ -82,6 +86,7 @@ func settings(c *config) []setting {
 	return []setting{
 		{"nats-url", "GATE_NATS_URL", "", "NATS server URL; empty runs an embedded NATS server with JetStream", false, str(&c.NATSURL)},
 		{"embedded-nats-addr", "GATE_EMBEDDED_NATS_ADDR", natsbus.DefaultEmbeddedAddr, "listen address of the embedded NATS server", false, str(&c.EmbeddedNATSAddr)},
+		{"embedded-nats-password", "GATE_EMBEDDED_NATS_PASSWORD", "", "password of the embedded NATS server's user gate, which reads gate.out and gate.dead (clients without credentials may only produce); empty: generated into $GATE_DATA_DIR/" + embeddedPasswordFile + " (prefer the variable to the flag)", true, str(&c.EmbeddedNATSPassword)},
 		{"redis-url", "GATE_REDIS_URL", "", "Redis URL (redis://host:6379/0); empty uses the in-process window store", false, str(&c.RedisURL)},
 		{"redis-cluster", "GATE_REDIS_CLUSTER", "false", "treat GATE_REDIS_URL as a Redis Cluster seed (redis://host:7000?addr=host:7001)", false, boolean(&c.RedisCluster)},
 		{"database-url", "GATE_DATABASE_URL", "", "PostgreSQL URL for the audit store; empty uses SQLite at $GATE_DATA_DIR/gate.db", false, str(&c.DatabaseURL)},
@@ -215,6 +220,9 @@ func (c *config) validate() error {
 	}
 	if c.PprofAddr != "" && !loopbackAddr(c.PprofAddr) {
 		errs = append(errs, fmt.Sprintf("GATE_PPROF_ADDR must be a loopback host:port such as 127.0.0.1:6060, got %q: profiles show the process's internals", c.PprofAddr))
+	}
+	if c.NATSURL == "" && c.EmbeddedNATSPassword == "" && !loopbackAddr(c.EmbeddedNATSAddr) {
+		errs = append(errs, fmt.Sprintf("GATE_EMBEDDED_NATS_ADDR %q is not a loopback address: set GATE_EMBEDDED_NATS_PASSWORD, the password of the embedded NATS server's user gate, before other hosts may reach it", c.EmbeddedNATSAddr))
 	}
 	errs = append(errs, c.subjectErrors()...)
 	if len(errs) > 0 {

@@ -38,8 +38,15 @@ type env struct {
 	t       testing.TB
 	vars    map[string]string
 	natsURL string
-	rules   string // path of the rules file
+	// natsAuth are the client's credentials on natsURL (none on an open
+	// server).
+	natsAuth []nats.Option
+	rules    string // path of the rules file
 }
+
+// harnessNATSPassword is the password of the user gate on the embedded
+// servers of the tests' gates.
+const harnessNATSPassword = "harness-nats-password"
 
 // newEnv prepares services for kind: a nats-server in process, and for the
 // real stack a fresh Postgres schema and the shared test Redis.
@@ -66,7 +73,11 @@ func newEnv(t testing.TB, kind stack, rules string) *env {
 	case stackEmbedded:
 		addr := freeAddr(t)
 		e.vars["GATE_EMBEDDED_NATS_ADDR"] = addr
+		e.vars["GATE_EMBEDDED_NATS_PASSWORD"] = harnessNATSPassword
 		e.natsURL = "nats://" + addr
+		// The tests' client reads gate.out and gate.dead: it is the gate
+		// user, as a downstream sender is.
+		e.natsAuth = natsbus.EmbeddedGate(harnessNATSPassword)
 	}
 	return e
 }
@@ -82,15 +93,22 @@ func (e *env) writeRules(doc string) {
 	}
 }
 
-// startNATS runs a nats-server with JetStream in the test process, the
-// way the gate's embedded default does, on a free port.
+// startNATS runs a nats-server with JetStream in the test process on a
+// free port, as an operator's own server (GATE_NATS_URL) that lets any
+// client do anything.
 func startNATS(t testing.TB) *server.Server {
 	t.Helper()
-	ns, err := natsbus.StartEmbedded("127.0.0.1:-1", t.TempDir())
+	ns, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	go ns.Start()
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
 	return ns
 }
 
@@ -208,7 +226,7 @@ type client struct {
 
 func (e *env) client() *client {
 	e.t.Helper()
-	nc, err := nats.Connect(e.natsURL)
+	nc, err := nats.Connect(e.natsURL, e.natsAuth...)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -84,18 +84,27 @@ func openAudit(ctx context.Context, c *config, log *slog.Logger, closers *closeS
 
 func openNATS(ctx context.Context, c *config, log *slog.Logger, closers *closeStack) (*nats.Conn, string, error) {
 	url, name := c.NATSURL, "nats "+redact.URL(c.NATSURL)
+	var auth []nats.Option
 	if url == "" {
-		ns, err := natsbus.StartEmbedded(c.EmbeddedNATSAddr, filepath.Join(c.DataDir, "nats"))
+		password, err := embeddedNATSPassword(c, log)
+		if err != nil {
+			return nil, "", err
+		}
+		ns, err := natsbus.StartEmbedded(natsbus.EmbeddedOptions{
+			Addr: c.EmbeddedNATSAddr, StoreDir: filepath.Join(c.DataDir, "nats"), GatePassword: password,
+			InSubject: c.InSubject, CheckSubject: c.CheckSubject, RefundSubject: c.RefundSubject,
+		})
 		if err != nil {
 			return nil, "", err
 		}
 		closers.push("embedded nats", func() error { ns.Shutdown(); ns.WaitForShutdown(); return nil })
 		url, name = ns.ClientURL(), "embedded nats-server on "+c.EmbeddedNATSAddr+" (GATE_NATS_URL unset)"
+		auth = natsbus.EmbeddedGate(password)
 	}
 	var nc *nats.Conn
 	err := retryStart(ctx, log, "nats", func() error {
 		var err error
-		nc, err = natsbus.Connect(url, "gate", log)
+		nc, err = natsbus.Connect(url, "gate", log, auth...)
 		return err
 	}, func(err error) bool { return !errors.Is(err, nats.ErrBadSubject) })
 	if err != nil {

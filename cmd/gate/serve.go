@@ -180,6 +180,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		Preview: preview.New(audit, preview.Options{MaxDecisions: int64(c.PreviewMax)}),
 		Checks: scrubChecks(scrub, map[string]httpapi.Check{
 			"nats":         bus.Ping,
+			"streams":      bus.CheckStreams,
 			"window_store": store.Ping,
 			"audit_store":  audit.Ping,
 			"rules":        rulesReady,
@@ -221,6 +222,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 			log.Error("gate.check stopped: checks are answered on HTTP only", "err", err)
 		}
 	})
+	wg.Go(func() { bus.WatchStreams(consumeCtx, natsbus.DefaultStreamWatch) })
 	wg.Go(func() { pruneLoop(consumeCtx, audit, c.AuditRetention, log) })
 	wg.Go(func() { releaser.Run(consumeCtx) })
 	wg.Go(func() { prefs.Run(consumeCtx) })

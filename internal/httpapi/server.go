@@ -33,8 +33,8 @@ type Options struct {
 	// Reports, when it implements gate.Trends; otherwise those endpoints
 	// answer 404.
 	Trends gate.Trends
-	// Checks are run by /readyz, by name (nats, window_store, audit_store,
-	// rules).
+	// Checks are run by /readyz, by name (nats, streams, window_store,
+	// audit_store, rules).
 	Checks map[string]Check
 	// Token, when set, is required as "Authorization: Bearer <token>" on
 	// every /v1/* request. The report page at / is served without it; the

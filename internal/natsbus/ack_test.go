@@ -26,7 +26,7 @@ const shortAckWait = time.Second
 // process would be.
 func connect(t *testing.T, nc *nats.Conn) *nats.Conn {
 	t.Helper()
-	other, err := nats.Connect(nc.ConnectedUrl())
+	other, err := nats.Connect(nc.ConnectedUrl(), EmbeddedGate(testPassword)...)
 	if err != nil {
 		t.Fatal(err)
 	}

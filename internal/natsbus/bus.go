@@ -2,7 +2,6 @@ package natsbus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -126,12 +125,13 @@ type Bus struct {
 }
 
 // Connect dials url with reconnects that never give up, so a NATS outage
-// pauses the gate instead of ending it.
-func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
-	nc, err := nats.Connect(url,
+// pauses the gate instead of ending it. extra add to the options
+// (credentials: EmbeddedGate).
+func Connect(url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
+	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond),
+		nats.ReconnectWait(500 * time.Millisecond),
 		nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
@@ -139,7 +139,11 @@ func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
-	)
+		// A permissions violation (a NATS server whose user for the gate
+		// may not do all it needs) would otherwise go unsaid.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("nats error", "err", err) }),
+	}, extra...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats: %w", err)
 	}
@@ -156,28 +160,7 @@ func New(ctx context.Context, nc *nats.Conn, opts Options, log *slog.Logger) (*B
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	b := &Bus{nc: nc, js: js, opts: opts, log: log}
-	streams := []jetstream.StreamConfig{
-		{
-			Name: StreamIn, Subjects: []string{opts.InSubject}, Storage: jetstream.FileStorage,
-			// Work-queue retention: a message leaves GATE_IN once the gate acks
-			// it, so the stream holds only undecided work.
-			Retention: jetstream.WorkQueuePolicy, MaxAge: opts.InMaxAge,
-			MaxMsgSize: opts.MaxMsgBytes, Duplicates: 2 * time.Minute,
-			Description: "notifications waiting for the anti-fatigue gate",
-		},
-		{
-			Name: StreamOut, Subjects: []string{opts.OutSubject}, Storage: jetstream.FileStorage,
-			Retention: jetstream.LimitsPolicy, MaxAge: opts.OutMaxAge, Duplicates: opts.OutDuplicates,
-			Description: "notifications the gate forwarded",
-		},
-		{
-			Name: StreamDead, Subjects: []string{opts.DeadSubject}, Storage: jetstream.FileStorage,
-			Retention: jetstream.LimitsPolicy, MaxAge: opts.DeadMaxAge, Duplicates: 2 * time.Hour,
-			Description: "messages the gate could not decide, with a Gate-Error header",
-		},
-		b.refundStream(),
-	}
-	for _, cfg := range streams {
+	for _, cfg := range b.streams() {
 		if err := b.ensureStream(ctx, cfg); err != nil {
 			return nil, err
 		}
@@ -210,25 +193,13 @@ func (b *Bus) syncOutDuplicates(ctx context.Context) error {
 	return nil
 }
 
+// ensureStream creates the stream cfg when it is missing.
 func (b *Bus) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) error {
-	s, err := b.js.Stream(ctx, cfg.Name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err := b.js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("create stream %s: %w", cfg.Name, err)
-		}
+	created, err := b.createMissing(ctx, cfg)
+	if created {
 		b.log.Info("created stream", "stream", cfg.Name, "subjects", cfg.Subjects)
-		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("look up stream %s: %w", cfg.Name, err)
-	}
-	for _, have := range s.CachedInfo().Config.Subjects {
-		if have == cfg.Subjects[0] {
-			return nil
-		}
-	}
-	return fmt.Errorf("stream %s exists but does not capture subject %s (it captures %v)",
-		cfg.Name, cfg.Subjects[0], s.CachedInfo().Config.Subjects)
+	return err
 }
 
 // JetStream exposes the JetStream context, for tools and tests.

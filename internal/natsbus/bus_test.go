@@ -12,15 +12,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// startServer runs a real nats-server with JetStream in the test process.
+// startServer runs a real nats-server with JetStream in the test process,
+// the embedded one, and connects to it as the gate does.
 func startServer(t *testing.T) *nats.Conn {
 	t.Helper()
-	ns, err := StartEmbedded("127.0.0.1:-1", t.TempDir())
+	ns, err := StartEmbedded(EmbeddedOptions{Addr: "127.0.0.1:-1", StoreDir: t.TempDir(), GatePassword: testPassword})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := nats.Connect(ns.ClientURL(), EmbeddedGate(testPassword)...)
 	if err != nil {
 		t.Fatal(err)
 	}

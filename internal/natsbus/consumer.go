@@ -70,8 +70,12 @@ func (o *ConsumeOptions) setDefaults(ackWait time.Duration) {
 }
 
 // EnsureConsumer creates or updates the durable pull consumer that every
-// gate process shares.
+// gate process shares, and GATE_IN when missing (New created it, but it may
+// have been deleted since, taking the consumer with it).
 func (b *Bus) EnsureConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	if err := b.ensureStream(ctx, b.inStream()); err != nil {
+		return nil, err
+	}
 	c, err := b.js.CreateOrUpdateConsumer(ctx, StreamIn, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
 		Description:   "the anti-fatigue gate; shared by every gate process",
