@@ -48,7 +48,8 @@ type envScan struct {
 	syntax string // the syntax error, which stops the scan
 	field  string // the first field error; the scan goes on to find syntax errors
 	// ambiguous is why the keys are ambiguous, the first reason; seen
-	// marks the fields met, others holds the other top-level keys.
+	// marks the fields met, a bit each (so maxScanFields is at most 16),
+	// and others holds the other top-level keys.
 	ambiguous string
 	seen      uint16
 	others    keySet

@@ -116,8 +116,12 @@ const (
 )
 
 // maxScanFields bounds the fields of one scan, so that their values live
-// in an array in the scan, not on the heap.
+// in an array in the scan, not on the heap; envScan.seen has a bit for
+// each.
 const maxScanFields = 10
+
+// envScan.seen must hold a bit for every field.
+var _ [16 - maxScanFields]struct{}
 
 // capture scans the value of field f at s.i.
 func (s *envScan) capture(f int) bool {
