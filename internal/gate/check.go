@@ -24,14 +24,17 @@ type CheckRequest struct {
 // of a message envelope (ParseMessage): the same lengths, UTF-8, control
 // characters, id types, priorities and zones. Unlike an envelope, a field
 // the check does not know is refused: a check has no content to carry, and a
-// misspelt dry_run would otherwise take a real slot. The body must be at
-// most MaxCheckBytes. Every error is an *InvalidError.
+// misspelt dry_run would otherwise take a real slot. So is a field given
+// twice or in other letter case ("drY_run"), as in an envelope. The body
+// must be at most MaxCheckBytes. Every error is an *InvalidError.
 func ParseCheck(data []byte) (CheckRequest, error) {
 	if err := checkBody(data, MaxCheckBytes, "UTF-8 JSON"); err != nil {
 		return CheckRequest{}, err
 	}
 	s := envScan{data: data, fields: checkFields, stream: true}
 	switch outcome, reason := s.run(); outcome {
+	case scanAmbiguous:
+		return CheckRequest{}, invalidf("check is ambiguous: %s", reason)
 	case scanSyntax, scanBadField:
 		return CheckRequest{}, invalidf("check is not a JSON object of its fields: %s", reason)
 	case scanTrailing:

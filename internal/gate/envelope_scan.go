@@ -11,7 +11,9 @@ import (
 // and the two passes were about a quarter of the gate's CPU. The scan
 // accepts exactly what encoding/json accepts and gives the same errors,
 // word for word; FuzzEnvelopeMatchesJSON holds it to that against the
-// json-based parse kept in the tests.
+// json-based parse kept in the tests, for every body whose keys are
+// unambiguous; a key given twice or in another case is refused instead
+// (envelope_keys.go).
 
 // maxNestingDepth is encoding/json's limit on nested arrays and objects.
 const maxNestingDepth = 10000
@@ -22,11 +24,16 @@ const (
 	scanSyntax   // reason is a syntax error: the body is not JSON
 	scanBadField // reason is a field's error: a value of the wrong type, an unknown field
 	scanTrailing // stream mode only: data after the first value
+	// scanAmbiguous: reason is why the body's keys are ambiguous (a key
+	// given twice or in other letter case), which json would read one
+	// way and a case-sensitive reader another. It comes after a syntax
+	// error and before a field's error.
+	scanAmbiguous
 )
 
 // envScan reads a JSON body in one pass: it validates every byte as
 // encoding/json's scanner does and captures the top-level fields it is
-// given. With stream set it behaves as a json.Decoder with
+// given, refusing a body whose top-level keys are ambiguous. With stream set it behaves as a json.Decoder with
 // DisallowUnknownFields followed by a check for EOF: it reads one value, an
 // unknown field is an error, input that ends early is "unexpected EOF", and
 // what follows the value is reported, not validated. Otherwise it behaves as
@@ -40,10 +47,17 @@ type envScan struct {
 	stream bool
 	syntax string // the syntax error, which stops the scan
 	field  string // the first field error; the scan goes on to find syntax errors
+	// ambiguous is why the keys are ambiguous, the first reason; seen
+	// marks the fields met, a bit each (so maxScanFields is at most 16),
+	// and others holds the other top-level keys.
+	ambiguous string
+	seen      uint16
+	others    keySet
 }
 
-// run scans s.data and returns one of scanOK, scanSyntax, scanBadField or
-// scanTrailing, with the reason json would give for the last three.
+// run scans s.data and returns one of scanOK, scanSyntax, scanBadField,
+// scanTrailing or scanAmbiguous, with the reason json would give for
+// scanSyntax and scanBadField and the scan's own for scanAmbiguous.
 func (s *envScan) run() (int, string) {
 	s.ws()
 	if s.i == len(s.data) {
@@ -68,6 +82,8 @@ func (s *envScan) run() (int, string) {
 	s.ws()
 	if s.stream {
 		switch {
+		case s.ambiguous != "":
+			return scanAmbiguous, s.ambiguous
 		case s.field != "":
 			return scanBadField, s.field
 		case s.i < len(s.data):
@@ -78,6 +94,9 @@ func (s *envScan) run() (int, string) {
 	if s.i < len(s.data) {
 		s.fail(s.data[s.i], "after top-level value")
 		return scanSyntax, s.syntax
+	}
+	if s.ambiguous != "" {
+		return scanAmbiguous, s.ambiguous
 	}
 	if s.field != "" {
 		return scanBadField, s.field

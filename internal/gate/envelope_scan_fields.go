@@ -4,19 +4,24 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 )
 
-// The fields a scan captures: which top-level keys name them, as
-// encoding/json matches keys to a struct's fields, and their values.
+// The fields a scan captures: which top-level keys name them (exactly, as
+// a case-sensitive reader matches them), and their values.
 
-// scanField is one top-level field a scan captures.
+// scanField is one top-level field a scan knows.
 type scanField struct {
 	name   string // as the struct tag spells it: type errors name it so
 	folded string // name folded as encoding/json folds keys (foldName)
-	isBool bool   // a *bool field; every other one is a *string
+	kind   uint8  // what its value may be, and whether it is captured
 }
+
+// Kinds of a scanField.
+const (
+	fieldString uint8 = iota // a *string field, captured
+	fieldBool                // a *bool field, captured
+	fieldAny                 // any value, not captured: a key the scan only knows
+)
 
 // stringField is the *string field the tag name names.
 func stringField(name string) scanField {
@@ -26,13 +31,25 @@ func stringField(name string) scanField {
 // boolField is the *bool field the tag name names.
 func boolField(name string) scanField {
 	f := stringField(name)
-	f.isBool = true
+	f.kind = fieldBool
+	return f
+}
+
+// anyField is a key a body may hold with any value, which the scan does
+// not capture but holds to exact matching: a key in another case is
+// refused, as for a captured field.
+func anyField(name string) scanField {
+	f := stringField(name)
+	f.kind = fieldAny
 	return f
 }
 
 // The envelope's fields as a scan (envScan) captures them, indexes into
 // envelopeFields; json.Unmarshal into a struct of *string fields tagged
-// with these names reads the same.
+// with these names reads the same, for a body whose keys are unambiguous.
+// msg_type and content are the envelope's two other fields (see
+// docs/CONTRACT.md): not captured, since the gate decides nothing on them,
+// but known, so that "Content" beside "content" is refused as "Scene" is.
 const (
 	envID = iota
 	envUUID
@@ -41,6 +58,8 @@ const (
 	envReceiveID
 	envPriority
 	envTZ
+	envMsgType
+	envContent
 )
 
 var envelopeFields = []scanField{
@@ -51,6 +70,8 @@ var envelopeFields = []scanField{
 	envReceiveID:     stringField("receive_id"),
 	envPriority:      stringField("priority"),
 	envTZ:            stringField("tz"),
+	envMsgType:       anyField("msg_type"),
+	envContent:       anyField("content"),
 }
 
 // The fields of a check (an envelope's, without the uuid alias, and
@@ -77,8 +98,9 @@ var checkFields = []scanField{
 	chkDryRun:        boolField("dry_run"),
 }
 
-// scanValue is what a scan found for a field: the last occurrence wins, and
-// null leaves it absent, as json.Unmarshal into a pointer field does.
+// scanValue is what a scan found for a field: null leaves it absent, as
+// json.Unmarshal into a pointer field does. A field given twice is refused
+// (see match), so there is no last occurrence to win.
 type scanValue struct {
 	kind       uint8
 	escaped    bool // a string with a backslash: unquote it before use
@@ -94,88 +116,20 @@ const (
 )
 
 // maxScanFields bounds the fields of one scan, so that their values live
-// in an array in the scan, not on the heap.
-const maxScanFields = 8
+// in an array in the scan, not on the heap; envScan.seen has a bit for
+// each.
+const maxScanFields = 10
 
-// match returns the index of the field the key data[start:end] names, as
-// encoding/json matches a key to a struct field: exactly or else folded
-// (case-insensitively, with Unicode's simple folding), or -1. In stream
-// mode an unknown key is a field error.
-func (s *envScan) match(start, end int, escaped bool) int {
-	key := s.data[start:end]
-	if escaped {
-		key = []byte(unquote(s.data[start-1 : end+1]))
-	}
-	folded := key
-	for _, c := range key {
-		if c >= utf8.RuneSelf {
-			folded = foldName(key)
-			break
-		}
-	}
-	for f := range s.fields {
-		if foldedEqual(folded, s.fields[f].folded) {
-			return f
-		}
-	}
-	if s.stream {
-		s.fieldError(fmt.Sprintf("json: unknown field %q", key))
-	}
-	return -1
-}
-
-// foldedEqual reports whether key, ASCII or folded already, folds to folded
-// (which is upper case ASCII).
-func foldedEqual(key []byte, folded string) bool {
-	if len(key) != len(folded) {
-		return false
-	}
-	for i, c := range key {
-		if 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		}
-		if c != folded[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// foldName folds a key as encoding/json does before it looks the key up
-// among a struct's fields: ASCII letters to upper case, every other rune to
-// the smallest rune of its simple folding orbit (so that "ſ" matches "s").
-func foldName(in []byte) []byte {
-	out := make([]byte, 0, len(in))
-	for i := 0; i < len(in); {
-		if c := in[i]; c < utf8.RuneSelf {
-			if 'a' <= c && c <= 'z' {
-				c -= 'a' - 'A'
-			}
-			out = append(out, c)
-			i++
-			continue
-		}
-		r, n := utf8.DecodeRune(in[i:])
-		out = utf8.AppendRune(out, foldRune(r))
-		i += n
-	}
-	return out
-}
-
-// foldRune is the smallest rune of r's simple folding orbit.
-func foldRune(r rune) rune {
-	for {
-		r2 := unicode.SimpleFold(r)
-		if r2 <= r {
-			return r2
-		}
-		r = r2
-	}
-}
+// envScan.seen must hold a bit for every field.
+var _ [16 - maxScanFields]struct{}
 
 // capture scans the value of field f at s.i.
 func (s *envScan) capture(f int) bool {
 	fl, v := &s.fields[f], &s.vals[f]
+	if fl.kind == fieldAny {
+		return s.value()
+	}
+	isBool := fl.kind == fieldBool
 	switch c := s.data[s.i]; {
 	case c == 'n':
 		if !s.literal("null") {
@@ -183,20 +137,20 @@ func (s *envScan) capture(f int) bool {
 		}
 		*v = scanValue{}
 		return true
-	case c == '"' && !fl.isBool:
+	case c == '"' && !isBool:
 		start := s.i + 1
 		escaped, ok := s.str()
 		*v = scanValue{kind: valString, escaped: escaped, start: start, end: s.i - 1}
 		return ok
-	case c == 't' && fl.isBool:
+	case c == 't' && isBool:
 		*v = scanValue{kind: valTrue}
 		return s.literal("true")
-	case c == 'f' && fl.isBool:
+	case c == 'f' && isBool:
 		*v = scanValue{kind: valFalse}
 		return s.literal("false")
 	}
 	want := "string"
-	if fl.isBool {
+	if isBool {
 		want = "bool"
 	}
 	s.fieldError(fmt.Sprintf("field %q must be a %s, not a %s", fl.name, want, kindName(s.data[s.i])))

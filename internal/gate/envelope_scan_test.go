@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +17,61 @@ import (
 
 // The json-based parse the scan replaced, kept as the reference it must
 // match: json.Unmarshal into pointer fields for a message, a json.Decoder
-// with DisallowUnknownFields then a check for EOF for a check.
+// with DisallowUnknownFields then a check for EOF for a check. Since keys
+// match exactly, the reference refuses, before json decodes anything, a
+// body whose top-level keys are ambiguous (refAmbiguity): json would read
+// it case-insensitively and let the last of a repeated key win.
+
+// The keys the reference knows for each body, written out here rather than
+// taken from the scan's field lists: an envelope's (with msg_type and
+// content, never captured) and a check's.
+var (
+	envelopeKeys = []string{"id", "uuid", "scene", "receive_id_type", "receive_id", "priority", "tz", "msg_type", "content"}
+	checkKeys    = []string{"id", "scene", "receive_id_type", "receive_id", "priority", "tz", "dry_run"}
+)
+
+// refAmbiguity is the reason a body's top-level keys are ambiguous, ""
+// when they are not (or when json's reader stops before it can tell), found
+// with a json.Decoder's tokens: the first key, in the body's order, that is
+// given twice or is one of known in other letter case (bytes.EqualFold is
+// how encoding/json folds keys). In stream mode, as for a check, keys not
+// in known are refused as unknown already, so only known ones count twice.
+func refAmbiguity(data []byte, known []string, stream bool) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		key := tok.(string)
+		isKnown := slices.Contains(known, key)
+		if seen[key] && (isKnown || !stream) {
+			return fmt.Sprintf("key %q is given twice", clip(key))
+		}
+		seen[key] = true
+		for _, k := range known {
+			if key != k && bytes.EqualFold([]byte(key), []byte(k)) {
+				return fmt.Sprintf("key %q is %q in other letter case: keys match exactly", clip(key), k)
+			}
+		}
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
+			return ""
+		}
+	}
+	return ""
+}
+
+// isSyntax reports whether err is json's word that the input is not JSON,
+// which comes before any other.
+func isSyntax(err error) bool {
+	var se *json.SyntaxError
+	return errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF)
+}
 
 // jsonEnvelope is the envelope as json.Unmarshal decodes it.
 type jsonEnvelope struct {
@@ -61,7 +116,11 @@ func parseMessageJSON(data []byte, headerID, headerTZ string, maxBytes int) (Mes
 		return Message{}, err
 	}
 	var je jsonEnvelope
-	if err := json.Unmarshal(data, &je); err != nil {
+	err := json.Unmarshal(data, &je)
+	if r := refAmbiguity(data, envelopeKeys, false); r != "" && !isSyntax(err) {
+		return Message{}, invalidf("message is ambiguous: %s", r)
+	}
+	if err != nil {
 		return Message{}, invalidf("message is not a JSON object: %s", jsonReason(err))
 	}
 	env := envelope{ID: deref(je.ID), UUID: deref(je.UUID), Scene: deref(je.Scene), ReceiveIDType: deref(je.ReceiveIDType),
@@ -77,7 +136,11 @@ func parseCheckJSON(data []byte) (CheckRequest, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var ce jsonCheckEnvelope
-	if err := dec.Decode(&ce); err != nil {
+	err := dec.Decode(&ce)
+	if r := refAmbiguity(data, checkKeys, true); r != "" && !isSyntax(err) {
+		return CheckRequest{}, invalidf("check is ambiguous: %s", r)
+	}
+	if err != nil {
 		return CheckRequest{}, invalidf("check is not a JSON object of its fields: %s", jsonReason(err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -96,13 +159,22 @@ func parseCheckJSON(data []byte) (CheckRequest, error) {
 // field by field, or fails with json's reason word for word: with
 // envelopeFields as json.Unmarshal does, with checkFields in stream mode as
 // a json.Decoder with DisallowUnknownFields followed by a check for EOF.
-// data must pass checkBody, as it does before every scan.
+// A body with ambiguous keys (refAmbiguity) that json reads must be
+// refused instead, with the reference's reason; one json cannot read gets
+// json's syntax error. data must pass checkBody, as it does before every
+// scan.
 func scanMatchesJSON(t *testing.T, data []byte) {
 	t.Helper()
 	s := envScan{data: data, fields: envelopeFields}
 	outcome, reason := s.run()
 	var je jsonEnvelope
 	err := json.Unmarshal(data, &je)
+	if amb := refAmbiguity(data, envelopeKeys, false); amb != "" && !isSyntax(err) {
+		if outcome != scanAmbiguous || reason != amb {
+			t.Fatalf("scan of %q: outcome %d %q; want it refused as ambiguous: %s", data, outcome, reason, amb)
+		}
+		return
+	}
 	if (err == nil) != (outcome == scanOK) || (err != nil && (reason != jsonReason(err) || outcome == scanTrailing)) {
 		t.Fatalf("scan of %q: outcome %d %q; json.Unmarshal: %v", data, outcome, reason, err)
 	}
@@ -115,16 +187,27 @@ func scanMatchesJSON(t *testing.T, data []byte) {
 		}
 	}
 
-	s = envScan{data: data, fields: checkFields, stream: true}
-	outcome, reason = s.run()
+}
+
+// streamScanMatchesJSON is scanMatchesJSON for checkFields in stream mode.
+func streamScanMatchesJSON(t *testing.T, data []byte) {
+	t.Helper()
+	s := envScan{data: data, fields: checkFields, stream: true}
+	outcome, reason := s.run()
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var ce jsonCheckEnvelope
 	want := scanOK
-	if err = dec.Decode(&ce); err != nil {
+	err := dec.Decode(&ce)
+	if amb := refAmbiguity(data, checkKeys, true); amb != "" && !isSyntax(err) {
+		if outcome != scanAmbiguous || reason != amb {
+			t.Fatalf("stream scan of %q: outcome %d %q; want it refused as ambiguous: %s", data, outcome, reason, amb)
+		}
+		return
+	}
+	if err != nil {
 		want = scanSyntax
-		var se *json.SyntaxError
-		if !errors.As(err, &se) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		if !isSyntax(err) {
 			want = scanBadField
 		}
 	} else if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
@@ -153,8 +236,12 @@ func matchesJSON(t *testing.T, data []byte, headerID, headerTZ string) {
 	t.Helper()
 	if checkBody(data, 0, "") == nil {
 		scanMatchesJSON(t, data)
+		streamScanMatchesJSON(t, data)
 	}
 	got, err := parseMessage(data, headerID, headerTZ, 0)
+	if err == nil && refAmbiguity(data, envelopeKeys, false) != "" {
+		t.Fatalf("parseMessage(%q) read a body whose keys are ambiguous: %+v", data, got)
+	}
 	want, werr := parseMessageJSON(data, headerID, headerTZ, 0)
 	if fmt.Sprint(err) != fmt.Sprint(werr) || !reflect.DeepEqual(got, want) {
 		t.Fatalf("parseMessage(%q, %q, %q)\n got %+v, %v\nwant %+v, %v", data, headerID, headerTZ, got, err, want, werr)
@@ -163,6 +250,9 @@ func matchesJSON(t *testing.T, data []byte, headerID, headerTZ string) {
 		t.Fatalf("parseMessage(%q): %v is not an InvalidError", data, err)
 	}
 	gotC, err := ParseCheck(data)
+	if err == nil && refAmbiguity(data, checkKeys, true) != "" {
+		t.Fatalf("ParseCheck(%q) read a body whose keys are ambiguous: %+v", data, gotC)
+	}
 	wantC, werr := parseCheckJSON(data)
 	if fmt.Sprint(err) != fmt.Sprint(werr) || !reflect.DeepEqual(gotC, wantC) {
 		t.Fatalf("ParseCheck(%q)\n got %+v, %v\nwant %+v, %v", data, gotC, err, wantC, werr)
@@ -182,7 +272,22 @@ var envelopeCases = []string{
 	`{"id":"m1","scene":"s","receive_id":"ou_1","dry_run":{}}`,
 	`{"uuid":"u","scene":"s","receive_id_type":"chat_id","receive_id":"oc_1","content":{"a":[1,2,{"b":null}]}}`,
 	`{"id":"m","scene":"s","receive_id_type":"email","receive_id":"a@b.c","msg_type":"text","priority":"urgent","tz":"Asia/Shanghai"}`,
-	// Duplicates and case: the last wins, null clears, keys fold.
+	// Duplicates and case: refused, whichever key, value or null comes
+	// first; below the top level nothing is refused.
+	`{"receive_id":"victim","Receive_Id":"decoy","id":"a","scene":"s"}`,
+	`{"id":"a","scene":"s","receive_id":"r","dry_run":true,"dry_run":false}`,
+	`{"id":"a","scene":"s","receive_id":"r","drY_run":true}`,
+	`{"id":"a","scene":"s","receive_id":"r","\u0069d":"b"}`,
+	`{"id":"a","scene":"s","receive_id":"r","content":"x","content":{}}`,
+	`{"id":"a","scene":"s","receive_id":"r","Content":"x","MSG_TYPE":"text"}`,
+	`{"id":"a","scene":"s","receive_id":"r","x":1,"y":2,"x":3}`,
+	`{"id":"a","scene":"s","receive_id":"r","x":1,"x":2,"dry_run":true,"dry_run":true}`,
+	`{"k1":0,"k2":0,"k3":0,"k4":0,"k5":0,"k6":0,"k7":0,"k8":0,"k9":0,"k10":0,"k9":1,"id":"a","scene":"s","receive_id":"r"}`,
+	`{"k1":0,"k2":0,"k3":0,"k4":0,"k5":0,"k6":0,"k7":0,"k8":0,"k9":0,"k10":0,"k11":0,"id":"a","scene":"s","receive_id":"r"}`,
+	`{"id":"a","scene":"s","receive_id":"r","content":{"a":1,"a":2,"A":3}}`,
+	`{"id":"a","scene":"s","receive_id":"r","id":"a"} x`,
+	`{"id":"a","scene":"s","receive_id":"r","id":"a"`,
+	`{"id":"a","ID":"b"} {"id":"c"}`,
 	`{"id":"a","id":"b","scene":"s","receive_id":"r","scene":"t"}`,
 	`{"id":"a","ID":"b","Scene":"s","RECEIVE_ID":"r","sCeNe":"t"}`,
 	`{"id":"a","id":null,"uuid":"u","scene":"s","receive_id":"r"}`,

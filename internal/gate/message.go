@@ -81,6 +81,11 @@ type envelope struct {
 // never be decided and must be dead-lettered, not retried. On error the
 // returned Message carries at most the scene, when it was readable.
 //
+// Keys match exactly, and a body whose top-level keys are ambiguous (one
+// given twice, or a field's name in other letter case: "Receive_Id") is
+// invalid, since a reader downstream could take it for another message
+// than the one decided (envelope_keys.go).
+//
 // The tz field, when not empty, must name an IANA time zone (LoadZone):
 // Message.TZ is it and Message.Zone it loaded. An unknown zone is invalid,
 // not UTC: a quiet span or a calendar day in the wrong zone would be wrong
@@ -96,7 +101,10 @@ func parseMessage(data []byte, headerID, headerTZ string, maxBytes int) (Message
 		return Message{}, err
 	}
 	s := envScan{data: data, fields: envelopeFields}
-	if outcome, reason := s.run(); outcome != scanOK {
+	switch outcome, reason := s.run(); outcome {
+	case scanAmbiguous:
+		return Message{}, invalidf("message is ambiguous: %s", reason)
+	case scanSyntax, scanBadField:
 		return Message{}, invalidf("message is not a JSON object: %s", reason)
 	}
 	env := s.envelope(headerTZ == "")

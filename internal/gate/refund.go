@@ -1,9 +1,7 @@
 package gate
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -61,28 +59,41 @@ func RefundRefused(err error) bool {
 	return errors.Is(err, ErrNeverDecided) || errors.Is(err, ErrNotForwarded) || errors.Is(err, ErrLedgerIncomplete)
 }
 
+// MaxRefundBytes bounds a refund request's body. {"id": …} needs a few
+// hundred bytes; a sender may hand back the whole envelope it got from
+// gate.out, which the gate's own message limit bounds far below this.
+const MaxRefundBytes = 1 << 20
+
+// refundFields is the one field of a refund body the scan captures.
+var refundFields = []scanField{stringField("id")}
+
 // ParseRefund reads a refund request's body, {"id": "…"}, and returns the
 // id. Other fields are ignored, so a sender may hand back the envelope it
-// received from gate.out. A body that is not such an object, or whose id is
-// missing, empty or over MaxIDBytes, gives an *InvalidError.
+// received from gate.out. The body is held to what every body is (within
+// MaxRefundBytes, valid UTF-8 without NUL bytes: an id that is not UTF-8
+// would otherwise be read as another one, with U+FFFD) and its keys to an
+// envelope's (exact; none given twice; no "ID"). A body that is not such
+// an object, or whose id is missing, empty or over MaxIDBytes, gives an
+// *InvalidError.
 func ParseRefund(body []byte) (string, error) {
-	var v struct {
-		ID *string `json:"id"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&v); err != nil {
-		return "", invalidf("refund body must be a JSON object like {\"id\": \"msg-1\"}: %v", err)
-	}
-	if dec.More() {
-		return "", invalidf("refund body must be one JSON object, found more after it")
-	}
-	if v.ID == nil {
-		return "", invalidf("refund body has no \"id\"")
-	}
-	if err := CheckName("id", *v.ID, MaxIDBytes); err != nil {
+	if err := checkBody(body, MaxRefundBytes, "UTF-8 JSON"); err != nil {
 		return "", err
 	}
-	return *v.ID, nil
+	s := envScan{data: body, fields: refundFields}
+	switch outcome, reason := s.run(); outcome {
+	case scanAmbiguous:
+		return "", invalidf("refund body is ambiguous: %s", reason)
+	case scanSyntax, scanBadField:
+		return "", invalidf("refund body must be a JSON object like {\"id\": \"msg-1\"}: %s", reason)
+	}
+	if s.vals[0].kind == valAbsent {
+		return "", invalidf("refund body has no \"id\"")
+	}
+	id := s.text(0)
+	if err := CheckName("id", id, MaxIDBytes); err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 // RefundFilter selects refund rows, newest first, with the fields of a

@@ -27,6 +27,15 @@ func TestParseRefund(t *testing.T) {
 		{`{"id":"` + strings.Repeat("x", MaxIDBytes+1) + `"}`, ""},
 		{`{"id":"m-1"} {"id":"m-2"}`, ""},
 		{`{"id":"m-1"`, ""},
+		// Not UTF-8: read as U+FFFD, it would name another id.
+		{"{\"id\":\"\xff\"}", ""},
+		{"{\"id\":\"m-1\",\"content\":\"\xff\"}", ""},
+		// Keys as in an envelope: exact, none twice.
+		{`{"ID":"m-1"}`, ""},
+		{`{"id":"m-1","id":"m-2"}`, ""},
+		{`{"id":"m-1","Id":"m-2"}`, ""},
+		{`{"id":"m-1","scene":"a","scene":"b"}`, ""},
+		{`{"id":"m\u002d1"}`, "m-1"},
 	} {
 		got, err := ParseRefund([]byte(tt.body))
 		switch {
@@ -34,6 +43,15 @@ func TestParseRefund(t *testing.T) {
 			t.Errorf("ParseRefund(%.40q) = %q, %v; want an *InvalidError", tt.body, got, err)
 		case tt.want != "" && (err != nil || got != tt.want):
 			t.Errorf("ParseRefund(%.40q) = %q, %v; want %q", tt.body, got, err, tt.want)
+		}
+	}
+	for body, want := range map[string]string{
+		"{\"id\":\"\xff\"}":       "message is not valid UTF-8 JSON",
+		`{"id":"m-1","ID":"m-2"}`: `refund body is ambiguous: key "ID" is "id" in other letter case`,
+		`{"id":"m-1","id":"m-2"}`: `refund body is ambiguous: key "id" is given twice`,
+	} {
+		if _, err := ParseRefund([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseRefund(%q): %v; want it to say %q", body, err, want)
 		}
 	}
 }

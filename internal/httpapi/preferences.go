@@ -102,7 +102,8 @@ func (s *server) putPreferences(w http.ResponseWriter, r *http.Request, _ url.Va
 }
 
 // readPreferences decodes a PUT's body: one JSON object of the known
-// fields, within maxPreferencesBody.
+// fields, each at most once and spelt exactly, in UTF-8, within
+// maxPreferencesBody.
 func readPreferences(w http.ResponseWriter, r *http.Request) (preferencesBody, error) {
 	var b preferencesBody
 	data, tooBig, err := readBody(w, r, maxPreferencesBody)
@@ -115,6 +116,12 @@ func readPreferences(w http.ResponseWriter, r *http.Request) (preferencesBody, e
 	// Decode takes null for an empty object: a PUT must say what it puts.
 	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {
 		return b, badRequest("body must be a JSON object with muted_scenes, muted_until and digest_only")
+	}
+	// encoding/json reads a byte that is not UTF-8 as U+FFFD, matches keys
+	// in any case and lets the last of two win: refuse what it cannot
+	// tell, as every body from outside is.
+	if err := gate.CheckJSONBody(data, maxPreferencesBody, "muted_scenes", "muted_until", "digest_only"); err != nil {
+		return b, badRequest("%s", gate.InvalidReason(err))
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

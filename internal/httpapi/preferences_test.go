@@ -121,6 +121,11 @@ func TestPreferencesAPI(t *testing.T) {
 		{"PUT", path, `{"muted_scenes":[""]}`, "muted_scenes[0]"},
 		{"PUT", path, `{"digest_only":["*"]}`, "digest_only[0]"},
 		{"PUT", path, `{"muted_scenes":["` + strings.Repeat("x", maxPreferencesBody) + `"]}`, "over the limit"},
+		// What encoding/json would read one way and a reader downstream
+		// another: a key in other case, a key twice, a byte not UTF-8.
+		{"PUT", path, `{"Muted_Scenes":["a"]}`, `key \"Muted_Scenes\" is \"muted_scenes\" in other letter case`},
+		{"PUT", path, `{"muted_scenes":["a"],"muted_scenes":[]}`, `key \"muted_scenes\" is given twice`},
+		{"PUT", path, "{\"muted_scenes\":[\"\xff\"]}", "not valid UTF-8"},
 	}
 	for _, tt := range bad {
 		code, body := call(t, srv, tt.method, tt.path, tt.body)

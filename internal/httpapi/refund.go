@@ -16,18 +16,13 @@ type RefundLister interface {
 	Refunds(ctx context.Context, f gate.RefundFilter) (gate.RefundPage, error)
 }
 
-// maxRefundBytes bounds a refund's body. {"id": …} needs a few hundred
-// bytes; a sender may hand back the whole envelope it got from gate.out,
-// which the gate's own message limit bounds far below this.
-const maxRefundBytes = 1 << 20
-
 // refund serves POST /v1/refund: 200 with the refund row, and
 // already_refunded true when the id was refunded before (nothing changed);
 // 400 for a body that is not {"id": "…"}; 404 for an id the gate never
 // decided; 409 for one it decided and did not forward; 503 when a store did
 // not answer (ask again: a refund is idempotent).
 func (s *server) refund(w http.ResponseWriter, r *http.Request) {
-	body, tooBig, err := readBody(w, r, maxRefundBytes)
+	body, tooBig, err := readBody(w, r, gate.MaxRefundBytes)
 	if tooBig {
 		writeError(w, http.StatusBadRequest, "refund body over 1 MiB: send {\"id\": \"…\"}")
 		return

@@ -84,7 +84,7 @@ func TestRefundStatuses(t *testing.T) {
 		{`{"id":"done"} {"id":"done"}`, 400, "error"},
 		{`{"id":"` + strings.Repeat("x", gate.MaxIDBytes+1) + `"}`, 400, "error"},
 		{`{"id":"a\u0000b"}`, 400, "error"},
-		{`{"id":"done","pad":"` + strings.Repeat("x", maxRefundBytes) + `"}`, 400, "error"},
+		{`{"id":"done","pad":"` + strings.Repeat("x", gate.MaxRefundBytes) + `"}`, 400, "error"},
 	} {
 		code, out := postRefund(t, srv, "/v1/refund", tt.body)
 		if _, ok := out[tt.want]; code != tt.code || !ok {
