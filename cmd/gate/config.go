@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -43,6 +44,7 @@ type config struct {
 	HTTPAllowedHosts []string
 	PprofAddr        string
 	APIToken         string
+	HTTPAllowNoToken bool // GATE_HTTP_ALLOW_NO_TOKEN
 	Rules            string
 	RulesPoll        time.Duration
 	LogLevel         string
@@ -104,6 +106,7 @@ func settings(c *config) []setting {
 		}},
 		{"pprof-addr", "GATE_PPROF_ADDR", "", "loopback address (127.0.0.1:6060) to serve Go runtime profiles on, /debug/pprof/; empty: off", false, str(&c.PprofAddr)},
 		{"api-token", "GATE_API_TOKEN", "", "bearer token required on /v1/* (prefer the variable to the flag)", true, str(&c.APIToken)},
+		{"http-allow-no-token", "GATE_HTTP_ALLOW_NO_TOKEN", "false", "let the HTTP API listen on a non-loopback GATE_HTTP_ADDR without GATE_API_TOKEN, open to whoever reaches it (logged as a warning); without it such a gate refuses to start", false, boolean(&c.HTTPAllowNoToken)},
 		{"rules", "GATE_RULES", "./rules", "rule document: a YAML file or a folder of them", false, str(&c.Rules)},
 		{"rules-poll", "GATE_RULES_POLL", durationText(rules.DefaultWatchInterval), "how often the rules file or folder is checked for changes", false, dur(&c.RulesPoll)},
 		{"nacos-resync", "GATE_NACOS_RESYNC", durationText(nacosrules.DefaultResync), "how often the Nacos document is re-read besides push notifications", false, dur(&c.NacosResync)},
@@ -224,11 +227,28 @@ func (c *config) validate() error {
 	if c.NATSURL == "" && c.EmbeddedNATSPassword == "" && !loopbackAddr(c.EmbeddedNATSAddr) {
 		errs = append(errs, fmt.Sprintf("GATE_EMBEDDED_NATS_ADDR %q is not a loopback address: set GATE_EMBEDDED_NATS_PASSWORD, the password of the embedded NATS server's user gate, before other hosts may reach it", c.EmbeddedNATSAddr))
 	}
+	if c.openAPI() && !c.HTTPAllowNoToken {
+		errs = append(errs, fmt.Sprintf("GATE_HTTP_ADDR %q is not a loopback address and GATE_API_TOKEN is empty: whoever reaches it could "+
+			"take and hand back recipients' slots; set GATE_API_TOKEN, or GATE_HTTP_ALLOW_NO_TOKEN=true when the network alone guards it", c.HTTPAddr))
+	}
 	errs = append(errs, c.subjectErrors()...)
 	if len(errs) > 0 {
 		return &usageError{"bad configuration: " + strings.Join(errs, "; ")}
 	}
 	return nil
+}
+
+// openAPI reports whether the HTTP API listens beyond loopback without a
+// token. An address that does not parse is left to the listener, whose
+// error names it.
+func (c *config) openAPI() bool {
+	if c.APIToken != "" {
+		return false
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		return false
+	}
+	return !loopbackAddr(c.HTTPAddr)
 }
 
 // subjectErrors checks the NATS subjects: each well formed, no wildcard

@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"cmp"
 	"encoding/json"
+	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -21,10 +24,12 @@ const repoRoot = "../.."
 // composeFile is the part of docker-compose.yml the checks read.
 type composeFile struct {
 	Services map[string]struct {
-		Image   string    `yaml:"image"`
-		Build   yaml.Node `yaml:"build"`
-		Ports   []string  `yaml:"ports"`
-		Volumes []string  `yaml:"volumes"`
+		Image string    `yaml:"image"`
+		Build yaml.Node `yaml:"build"`
+		Ports []string  `yaml:"ports"`
+		// Environment is the gate's settings, with ${VAR} from .env.
+		Environment map[string]string `yaml:"environment"`
+		Volumes     []string          `yaml:"volumes"`
 	} `yaml:"services"`
 	Volumes map[string]any `yaml:"volumes"`
 }
@@ -236,25 +241,71 @@ func readDockerfile(t *testing.T) []dockerInstruction {
 	return out
 }
 
-// imagePort is the port the image's GATE_HTTP_ADDR listens on.
-func imagePort(t *testing.T) string {
+// imageEnv is the environment the Dockerfile's ENV instructions set
+// (KEY=value pairs without spaces or quotes, as it writes them).
+func imageEnv(t *testing.T) map[string]string {
 	t.Helper()
+	env := map[string]string{}
 	for _, in := range readDockerfile(t) {
 		if in.op != "ENV" {
 			continue
 		}
 		for _, kv := range strings.Fields(in.args) {
-			if v, ok := strings.CutPrefix(kv, "GATE_HTTP_ADDR="); ok {
-				host, port, err := net.SplitHostPort(v)
-				if err != nil || host != "0.0.0.0" {
-					t.Fatalf("the image's GATE_HTTP_ADDR is %q, want 0.0.0.0:port (inside a container loopback is unreachable)", v)
-				}
-				return port
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				t.Fatalf("Dockerfile ENV %s: want KEY=value pairs", in.args)
 			}
+			env[k] = v
 		}
 	}
-	t.Fatal("the Dockerfile sets no GATE_HTTP_ADDR")
-	return ""
+	return env
+}
+
+// imagePort is the port the image's GATE_HTTP_ADDR listens on.
+func imagePort(t *testing.T) string {
+	t.Helper()
+	v, ok := imageEnv(t)["GATE_HTTP_ADDR"]
+	if !ok {
+		t.Fatal("the Dockerfile sets no GATE_HTTP_ADDR")
+	}
+	host, port, err := net.SplitHostPort(v)
+	if err != nil || host != "0.0.0.0" {
+		t.Fatalf("the image's GATE_HTTP_ADDR is %q, want 0.0.0.0:port (inside a container loopback is unreachable)", v)
+	}
+	return port
+}
+
+// composeVar is a ${NAME...} of docker-compose.yml, taken from .env.
+var composeVar = regexp.MustCompile(`\$\{[A-Z_]+[^}]*\}`)
+
+// TestImageAndComposeSettings: gate serve accepts the image's settings,
+// which listen on 0.0.0.0 and, without a token, start open on purpose (a
+// bare docker run on loopback); and docker-compose.yml's over them, which
+// carry a token and refuse to start without one.
+func TestImageAndComposeSettings(t *testing.T) {
+	image := imageEnv(t)
+	c, err := parseConfig(nil, func(k string) string { return image[k] }, io.Discard)
+	if err != nil {
+		t.Fatalf("gate serve refuses the image's settings: %v", err)
+	}
+	if !c.openAPI() || !c.HTTPAllowNoToken {
+		t.Errorf("the image's settings: API open beyond loopback %v, allowed %v; want a gate that starts without a token, saying so", c.openAPI(), c.HTTPAllowNoToken)
+	}
+
+	compose := maps.Clone(image)
+	for k, v := range readCompose(t).Services["gate"].Environment {
+		compose[k] = composeVar.ReplaceAllString(v, "from-env")
+	}
+	if c, err = parseConfig(nil, func(k string) string { return compose[k] }, io.Discard); err != nil {
+		t.Fatalf("gate serve refuses docker-compose.yml's settings: %v", err)
+	}
+	if c.APIToken == "" {
+		t.Error("docker-compose.yml runs the gate without GATE_API_TOKEN")
+	}
+	compose["GATE_API_TOKEN"] = ""
+	if _, err := parseConfig(nil, func(k string) string { return compose[k] }, io.Discard); err == nil || !strings.Contains(err.Error(), "GATE_API_TOKEN is empty") {
+		t.Errorf("docker-compose.yml's settings with an empty GATE_API_TOKEN: %v, want the gate to refuse to start", err)
+	}
 }
 
 // TestDockerfile: the image is a static binary on distroless or scratch,

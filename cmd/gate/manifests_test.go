@@ -215,6 +215,17 @@ func TestManifestsMatchGateSettings(t *testing.T) {
 	if err != nil {
 		t.Fatalf("gate serve refuses the manifests' settings: %v", err)
 	}
+	// A Secret whose token is empty must stop the pod, not open the API on
+	// 0.0.0.0 (the image allows that for a bare docker run).
+	noToken := func(k string) string {
+		if k == "GATE_API_TOKEN" {
+			return ""
+		}
+		return env[k]
+	}
+	if _, err := parseConfig(nil, noToken, io.Discard); err == nil || !strings.Contains(err.Error(), "GATE_API_TOKEN is empty") {
+		t.Errorf("the manifests' settings with an empty GATE_API_TOKEN: %v, want the gate to refuse to start", err)
+	}
 
 	host, port, err := net.SplitHostPort(cfg.HTTPAddr)
 	if err != nil || host != "0.0.0.0" {

@@ -34,6 +34,7 @@ func (g *gateProc) preferences(method, to, body string) (int, string) {
 		g.t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+prefToken)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		g.t.Fatalf("%s preferences of %s: %v", method, to, err)

@@ -184,6 +184,7 @@ func (c *client) publishRefund(data []byte) {
 func (g *gateProc) postRefund(body, token string) (int, map[string]any) {
 	g.t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, g.base+"/v1/refund", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

@@ -789,12 +789,16 @@ func TestReportPageInBrowser(t *testing.T) {
 }
 
 // call sends body to the gate's API with the test's token and returns the
-// status and the answer.
+// status and the answer. A body is declared JSON, as the check, the refund
+// and preferences require (the rule preview takes any).
 func (g *gateProc) call(method, path string, q url.Values, body string) (int, []byte) {
 	g.t.Helper()
 	req, err := http.NewRequest(method, g.base+path+"?"+q.Encode(), strings.NewReader(body))
 	if err != nil {
 		g.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Authorization", "Bearer "+g.vars["GATE_API_TOKEN"])
 	resp, err := http.DefaultClient.Do(req)

@@ -187,6 +187,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		}),
 	}), defaultHTTPLimits, log)
 
+	if c.openAPI() {
+		log.Warn("the HTTP API listens beyond loopback without a token (GATE_HTTP_ALLOW_NO_TOKEN=true): whoever reaches it can check, refund and set preferences",
+			"http", ln.Addr().String())
+	}
 	log.Info("gate starting",
 		"nats", natsName, "window_store", storeName, "audit_store", auditName, "rules", ruleSource,
 		"rules_version", live.Current().Version, "http", "http://"+ln.Addr().String(),

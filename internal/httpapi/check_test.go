@@ -50,12 +50,16 @@ func postCheck(t *testing.T, srv *httptest.Server, body string, withToken bool) 
 
 // request sends body to path with method, with the API token when
 // withToken, and returns the answer's status, headers and body: what the
-// tests of the check, preview, preferences and refund paths call.
+// tests of the check, preview, preferences and refund paths call. A POST
+// or PUT says its body is JSON, as those endpoints require.
 func request(t *testing.T, srv *httptest.Server, method, path, body string, withToken bool) (int, http.Header, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if method == http.MethodPost || method == http.MethodPut {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if withToken {
 		req.Header.Set("Authorization", "Bearer "+token)

@@ -154,12 +154,17 @@ func TestOpenAPIPathsAreServed(t *testing.T) {
 
 // TestOpenAPIDocumentsRefusals keeps the document in step with the
 // refusals every route can give: 403 for a Host not allowed on all but the
-// probes, 400 for a query string that does not parse on every /v1/ path,
-// and the length bounds of the scene and recipient filters.
+// probes, and on a request that may change state for a cross-site one too;
+// 415 on each that takes a JSON body; 400 for a query string that does not
+// parse on every /v1/ path; and the length bounds of the scene and
+// recipient filters.
 func TestOpenAPIDocumentsRefusals(t *testing.T) {
 	var doc struct {
 		Paths map[string]map[string]struct {
-			Responses map[string]json.RawMessage `json:"responses"`
+			Responses   map[string]json.RawMessage `json:"responses"`
+			RequestBody struct {
+				Content map[string]json.RawMessage `json:"content"`
+			} `json:"requestBody"`
 		} `json:"paths"`
 		Components struct {
 			Parameters map[string]struct {
@@ -177,6 +182,14 @@ func TestOpenAPIDocumentsRefusals(t *testing.T) {
 			resp := op.Responses
 			if _, ok := resp["403"]; ok == probePaths[path] {
 				t.Errorf("%s %s: 403 documented %v; the Host check applies to it: %v", method, path, ok, !probePaths[path])
+			}
+			if want := `{"$ref":"#/components/responses/Refused"}`; !safeMethods[strings.ToUpper(method)] && !jsonEqual(resp["403"], want) {
+				t.Errorf("%s %s: 403 is %s, want %s: it may change state, so a cross-site request gets 403", method, path, resp["403"], want)
+			}
+			_, only := op.RequestBody.Content["application/json"]
+			only = only && len(op.RequestBody.Content) == 1
+			if _, ok := resp["415"]; ok != only {
+				t.Errorf("%s %s: 415 documented %v; it takes only JSON: %v", method, path, ok, only)
 			}
 			if _, ok := resp["400"]; strings.HasPrefix(path, "/v1/") && !ok {
 				t.Errorf("%s %s: 400 is not documented; a malformed query string gets it", method, path)
@@ -250,4 +263,11 @@ func encodedKeys(t *testing.T, v any) []string {
 		t.Fatalf("%T encodes %s, not an object: %v", v, b, err)
 	}
 	return slices.Sorted(maps.Keys(m))
+}
+
+// jsonEqual reports whether raw and want are the same JSON value, spaces
+// aside.
+func jsonEqual(raw json.RawMessage, want string) bool {
+	var a, b any
+	return json.Unmarshal(raw, &a) == nil && json.Unmarshal([]byte(want), &b) == nil && reflect.DeepEqual(a, b)
 }

@@ -27,7 +27,7 @@ const maxPreferencesBody = 2*gate.MaxPreferenceScenes*(gate.MaxSceneBytes*6+4) +
 // and a 405 for any other method.
 func (s *server) routePreferences(handle func(string, http.Handler)) {
 	handle("GET "+preferencesPath, s.auth(s.errors(s.getPreferences)))
-	handle("PUT "+preferencesPath, s.auth(s.errors(s.putPreferences)))
+	handle("PUT "+preferencesPath, s.auth(jsonBody(s.errors(s.putPreferences))))
 	handle("DELETE "+preferencesPath, s.auth(s.errors(s.deletePreferences)))
 	handle(preferencesPath, s.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		notAllowed(w, r, "GET, HEAD, PUT, DELETE", "GET, PUT or DELETE")

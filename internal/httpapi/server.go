@@ -84,10 +84,12 @@ func NewServer(o Options) http.Handler {
 	if o.ExportPageTimeout <= 0 {
 		o.ExportPageTimeout = defaultExportPageTimeout
 	}
-	s := &server{o: o}
+	s := &server{o: o, originHosts: originHosts(o.AllowedHosts)}
 	mux := http.NewServeMux()
+	// Every route refuses a cross-site request that may change state
+	// (browser.go), before its token check.
 	handle := func(pattern string, h http.Handler) {
-		mux.Handle(pattern, s.count(pattern, h))
+		mux.Handle(pattern, s.count(pattern, s.sameSite(h)))
 	}
 	handle("GET /healthz", http.HandlerFunc(s.healthz))
 	handle("GET /readyz", http.HandlerFunc(s.readyz))
@@ -118,12 +120,12 @@ func NewServer(o Options) http.Handler {
 			handle("GET "+path, s.auth(s.errors(h)))
 		}
 	}
-	handle("POST /v1/check", s.auth(http.HandlerFunc(s.check)))
+	handle("POST /v1/check", s.auth(jsonBody(http.HandlerFunc(s.check))))
 	handle("/v1/check", s.auth(http.HandlerFunc(notPost)))
 	handle("/v1/rules/preview", s.auth(s.errors(s.preview)))
 	s.routePreferences(handle)
 	if o.Refunder != nil {
-		handle("POST /v1/refund", s.auth(http.HandlerFunc(s.refund)))
+		handle("POST /v1/refund", s.auth(jsonBody(http.HandlerFunc(s.refund))))
 		handle("/v1/refund", s.auth(http.HandlerFunc(notPost)))
 	}
 	// Every other /v1/ request: 405 on a known path, 404 elsewhere, both
@@ -139,7 +141,11 @@ func NewServer(o Options) http.Handler {
 	return s.hosts(mux)
 }
 
-type server struct{ o Options }
+type server struct {
+	o Options
+	// originHosts are the allowed hosts an Origin may name (sameSite).
+	originHosts map[string]bool
+}
 
 // apiFunc is a handler that returns its error; errors maps it to a status.
 // q is the request's query, already parsed: a malformed one never reaches
