@@ -23,11 +23,11 @@ COPY --from=build --chown=65532:65532 /out/data /data
 # its boundary, and docker-compose.yml publishes the port on 127.0.0.1 only.
 # /metrics, /healthz and /readyz answer without a token; set GATE_API_TOKEN
 # for /v1/*. Without it a gate on 0.0.0.0 refuses to start unless
-# GATE_HTTP_ALLOW_NO_TOKEN is true: the image says so, so that a bare
-# `docker run -p 127.0.0.1:8080:8080` starts (with a warning in its log);
-# docker-compose.yml and deploy/kubernetes set a token and turn it off.
+# GATE_HTTP_ALLOW_NO_TOKEN=true is passed: the image does not open the API
+# by itself, so `docker run -p 0.0.0.0:8080:8080` without a token fails
+# loudly instead of serving every host. docker-compose.yml and
+# deploy/kubernetes set a token.
 ENV GATE_HTTP_ADDR=0.0.0.0:8080 \
-    GATE_HTTP_ALLOW_NO_TOKEN=true \
     GATE_RULES=/rules \
     GATE_DATA_DIR=/data
 # The embedded default (GATE_NATS_URL etc. unset) keeps its state here; mount

@@ -278,18 +278,23 @@ func imagePort(t *testing.T) string {
 // composeVar is a ${NAME...} of docker-compose.yml, taken from .env.
 var composeVar = regexp.MustCompile(`\$\{[A-Z_]+[^}]*\}`)
 
-// TestImageAndComposeSettings: gate serve accepts the image's settings,
-// which listen on 0.0.0.0 and, without a token, start open on purpose (a
-// bare docker run on loopback); and docker-compose.yml's over them, which
-// carry a token and refuse to start without one.
+// TestImageAndComposeSettings: the image's settings listen on 0.0.0.0 and
+// so refuse to start without a token (the image never opens the API by
+// itself), start with one; and docker-compose.yml's over them carry a
+// token and refuse to start without one.
 func TestImageAndComposeSettings(t *testing.T) {
 	image := imageEnv(t)
-	c, err := parseConfig(nil, func(k string) string { return image[k] }, io.Discard)
-	if err != nil {
-		t.Fatalf("gate serve refuses the image's settings: %v", err)
+	if _, err := parseConfig(nil, func(k string) string { return image[k] }, io.Discard); err == nil || !strings.Contains(err.Error(), "GATE_API_TOKEN is empty") {
+		t.Errorf("the image's settings without a token: %v, want the gate to refuse to start", err)
 	}
-	if !c.openAPI() || !c.HTTPAllowNoToken {
-		t.Errorf("the image's settings: API open beyond loopback %v, allowed %v; want a gate that starts without a token, saying so", c.openAPI(), c.HTTPAllowNoToken)
+	withToken := maps.Clone(image)
+	withToken["GATE_API_TOKEN"] = "from-env"
+	c, err := parseConfig(nil, func(k string) string { return withToken[k] }, io.Discard)
+	if err != nil {
+		t.Fatalf("gate serve refuses the image's settings with a token: %v", err)
+	}
+	if c.HTTPAllowNoToken {
+		t.Error("the image sets GATE_HTTP_ALLOW_NO_TOKEN: it would serve the API open on 0.0.0.0 whenever a token is forgotten")
 	}
 
 	compose := maps.Clone(image)
