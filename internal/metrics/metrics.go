@@ -48,6 +48,9 @@ type Metrics struct {
 	// decision (forward|suppress|drop|defer|digest, or invalid|error when
 	// not answered) and dry_run.
 	Checks *prometheus.CounterVec
+	// CheckRepliesRefused counts gate.check requests refused for their
+	// reply subject (the gate's own, JetStream's, a refused one).
+	CheckRepliesRefused prometheus.Counter
 }
 
 // New registers the gate's collectors, plus the Go and process collectors,
@@ -84,6 +87,8 @@ func New(reg *prometheus.Registry) *Metrics {
 	reg.MustRegister(m.Checks)
 	m.Refunds = counterVec("gate_refunds_total", "Refund requests (POST /v1/refund, gate.refund), by result: refunded (taken out of its windows), already_refunded (nothing changed), never_decided, not_forwarded and ledger_incomplete (refused), invalid (unreadable body), failed (a store was down; the request is retried).", "result")
 	reg.MustRegister(m.Refunds)
+	m.CheckRepliesRefused = counter("gate_check_replies_refused_total", "gate.check requests neither decided nor answered because their reply subject is one the gate must not publish to: its own subjects and what its streams capture, any subject starting with $, GATE_CHECK_REFUSED_REPLIES.")
+	reg.MustRegister(m.CheckRepliesRefused)
 	return m
 }
 
