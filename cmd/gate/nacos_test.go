@@ -10,7 +10,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -261,27 +260,6 @@ func (g *gateProc) rulesStatus() gate.RuleStatus {
 	var st gate.RuleStatus
 	g.api("/v1/rules", nil, &st)
 	return st
-}
-
-// metric reads one sample of the gate's /metrics.
-func (g *gateProc) metric(name string) float64 {
-	g.t.Helper()
-	resp, err := http.Get(g.base + "/metrics")
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var total float64
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			total += v
-		}
-	}
-	return total
 }
 
 func nacosEnv(t testing.TB, n *nacosServer, dataID string) *env {
