@@ -76,6 +76,10 @@ type config struct {
 	// gate; empty: the one in the data directory (embeddedNATSPassword).
 	EmbeddedNATSPassword string
 
+	// CheckRefusedReplies (GATE_CHECK_REFUSED_REPLIES) are reply subjects
+	// gate.check never answers on.
+	CheckRefusedReplies []string
+
 	// explicit holds the flags whose value came from a flag or a variable
 	// rather than the default.
 	explicit map[string]bool
@@ -116,6 +120,10 @@ func settings(c *config) []setting {
 		{"out-subject", "GATE_OUT_SUBJECT", natsbus.DefaultOutSubject, "subject forwarded messages are published to", false, str(&c.OutSubject)},
 		{"dead-subject", "GATE_DEAD_SUBJECT", natsbus.DefaultDeadSubject, "subject undecidable messages are parked on", false, str(&c.DeadSubject)},
 		{"check-subject", "GATE_CHECK_SUBJECT", natsbus.DefaultCheckSubject, "subject of synchronous checks (core NATS request-reply, as POST /v1/check)", false, str(&c.CheckSubject)},
+		{"check-refused-replies", "GATE_CHECK_REFUSED_REPLIES", "", "reply subjects (wildcards allowed) gate.check never answers on, comma-separated, besides the gate's own and those starting with $", false, func(v string) (err error) {
+			c.CheckRefusedReplies, err = parseSubjectList(v)
+			return err
+		}},
 		{"refund-subject", "GATE_REFUND_SUBJECT", natsbus.DefaultRefundSubject, "subject senders publish refunds to (captured by the GATE_REFUND stream)", false, str(&c.RefundSubject)},
 		{"out-duplicate-window", "GATE_OUT_DUPLICATE_WINDOW", durationText(natsbus.DefaultOutDuplicates), "GATE_OUT's duplicate window, which keeps one copy of a forward published again after a crash; from 10m to 72h, at least 8 x GATE_ACK_WAIT. nats-server keeps about 240 bytes per id in it", false, dur(&c.OutDuplicates)},
 		{"max-message-bytes", "GATE_MAX_MESSAGE_BYTES", strconv.Itoa(gate.DefaultMaxMessageBytes), "largest envelope decided; larger ones go to the dead letter", false, wholeNumber(&c.MaxMessageBytes)},
@@ -171,6 +179,23 @@ func parseHostList(v string) ([]string, error) {
 		hosts = append(hosts, h)
 	}
 	return hosts, nil
+}
+
+// parseSubjectList reads GATE_CHECK_REFUSED_REPLIES: NATS subjects,
+// wildcards allowed, comma-separated. A malformed one is an error rather
+// than a subject that never matches.
+func parseSubjectList(v string) ([]string, error) {
+	var subjects []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if err := checkSubject(s, true); err != nil {
+			return nil, err
+		}
+		subjects = append(subjects, s)
+	}
+	return subjects, nil
 }
 
 // parseConfig reads gate serve's settings: flags over variables over

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -92,14 +93,23 @@ func TestSubjectsOverlap(t *testing.T) {
 
 // TestServeSubjectSettings: a gate started with GATE_CHECK_SUBJECT and
 // GATE_REFUND_SUBJECT answers checks and takes refunds there (GATE_REFUND
-// captures the refund subject, and nothing answers on gate.check); a gate
+// captures the refund subject, and nothing answers on gate.check), refusing
+// checks whose reply subject is its own or in GATE_CHECK_REFUSED_REPLIES; a gate
 // started later with another refund subject over that GATE_REFUND refuses
 // to start, naming the stream and the subject, as for GATE_IN.
 func TestServeSubjectSettings(t *testing.T) {
 	e := newEnv(t, stackEmbedded, checkRules)
-	custom := map[string]string{"GATE_CHECK_SUBJECT": "ops.check", "GATE_REFUND_SUBJECT": "ops.refund"}
+	custom := map[string]string{"GATE_CHECK_SUBJECT": "ops.check", "GATE_REFUND_SUBJECT": "ops.refund", "GATE_CHECK_REFUSED_REPLIES": "ops.audit.>"}
 	g := e.start(custom)
 	c := e.client()
+
+	// A check is never answered on the gate's own subjects (here the
+	// refund subject set) nor on a refused one (GATE_CHECK_REFUSED_REPLIES).
+	for _, reply := range []string{"ops.refund", "ops.audit.x"} {
+		if err := c.nc.PublishRequest("ops.check", reply, checkOf("sub-0", "c.three", "u1", false)); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	msg, err := c.nc.Request("ops.check", checkOf("sub-1", "c.three", "u1", false), 10*time.Second)
 	if err != nil {
@@ -108,6 +118,9 @@ func TestServeSubjectSettings(t *testing.T) {
 	var a gate.CheckAnswer
 	if err := json.Unmarshal(msg.Data, &a); err != nil || a.Decision != gate.OutcomeForward || !a.Admitted {
 		t.Fatalf("check on ops.check: %s (%v), want an admitted forward", msg.Data, err)
+	}
+	if got := g.metric("gate_check_replies_refused_total"); got != 2 {
+		t.Errorf("gate_check_replies_refused_total = %v, want 2 (replies on ops.refund and ops.audit.x)", got)
 	}
 	if _, err := c.nc.Request(natsbus.DefaultCheckSubject, checkOf("sub-2", "c.three", "u1", false), 5*time.Second); !errors.Is(err, nats.ErrNoResponders) {
 		t.Errorf("check on %s: %v, want no responders", natsbus.DefaultCheckSubject, err)
@@ -215,5 +228,40 @@ func TestDurationDefaults(t *testing.T) {
 	}
 	if len(want) > 0 {
 		t.Errorf("settings missing: %v", want)
+	}
+}
+
+// TestCheckRefusedRepliesSetting: GATE_CHECK_REFUSED_REPLIES is a list of
+// subjects, wildcards allowed; a malformed one stops the gate at start,
+// naming the setting, instead of never matching.
+func TestCheckRefusedRepliesSetting(t *testing.T) {
+	for _, tt := range []struct {
+		v, want, wantErr string
+	}{
+		{v: "", want: "[]"},
+		{v: " ops.audit.> , *.mirror,$X.y ", want: "[ops.audit.> *.mirror $X.y]"},
+		{v: "ops..audit", wantErr: "GATE_CHECK_REFUSED_REPLIES: want a NATS subject of dot-separated names"},
+		{v: "ops.aud*", wantErr: "GATE_CHECK_REFUSED_REPLIES: want wildcards as whole names"},
+		{v: "ops.audit,two words", wantErr: "GATE_CHECK_REFUSED_REPLIES: want a NATS subject without white space"},
+	} {
+		c, err := parseConfig(nil, func(k string) string {
+			if k == "GATE_CHECK_REFUSED_REPLIES" {
+				return tt.v
+			}
+			return ""
+		}, io.Discard)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%q: err = %v, want one containing %q", tt.v, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tt.v, err)
+			continue
+		}
+		if got := fmt.Sprint(c.CheckRefusedReplies); got != tt.want {
+			t.Errorf("%q: got %s, want %s", tt.v, got, tt.want)
+		}
 	}
 }

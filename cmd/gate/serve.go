@@ -222,7 +222,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		})
 	}
 	wg.Go(func() {
-		if err := bus.ServeChecks(consumeCtx, checker.Check, natsbus.CheckOptions{Status: httpapi.Status}); err != nil {
+		if err := bus.ServeChecks(consumeCtx, checker.Check, natsbus.CheckOptions{Status: httpapi.Status, RefusedReplies: c.CheckRefusedReplies, Metrics: m}); err != nil {
 			log.Error("gate.check stopped: checks are answered on HTTP only", "err", err)
 		}
 	})

@@ -44,7 +44,7 @@ var rules = map[string]rule{
 	"internal/client":     {internal: []string{"internal/gate", "internal/httpapi"}},
 	"internal/redisstore": {internal: []string{"internal/gate"}, thirdParty: []string{"github.com/redis/go-redis/v9"}},
 	"internal/nacosrules": {internal: []string{"internal/gate", "internal/rules"}, thirdParty: []string{"github.com/nacos-group/nacos-sdk-go/v2"}},
-	"internal/natsbus": {internal: []string{"internal/gate", "internal/metrics"},
+	"internal/natsbus": {internal: []string{"internal/gate", "internal/metrics", "internal/ratelog"},
 		thirdParty: []string{"github.com/nats-io/nats.go", "github.com/nats-io/nats-server/v2"}},
 	"internal/httpapi": {internal: []string{"internal/gate", "internal/metrics", "internal/webui"},
 		thirdParty: []string{"github.com/prometheus/client_golang"}},

@@ -52,6 +52,9 @@ type Metrics struct {
 	// their first use, by source: message (parked on the dead letter) or
 	// check (answered 409).
 	ReusedIDs *prometheus.CounterVec
+	// CheckRepliesRefused counts gate.check requests refused for their
+	// reply subject (the gate's own, JetStream's, a refused one).
+	CheckRepliesRefused prometheus.Counter
 }
 
 // New registers the gate's collectors, plus the Go and process collectors,
@@ -90,6 +93,8 @@ func New(reg *prometheus.Registry) *Metrics {
 	reg.MustRegister(m.Refunds)
 	m.ReusedIDs = counterVec("gate_reused_ids_total", "Ids used again for another scene or recipient than their first use, by source: message (sent to the dead letter with a Gate-Error naming the first use, counted invalid) or check (answered 409).", "source")
 	reg.MustRegister(m.ReusedIDs)
+	m.CheckRepliesRefused = counter("gate_check_replies_refused_total", "gate.check requests neither decided nor answered because their reply subject is one the gate must not publish to: its own subjects and what its streams capture, any subject starting with $, GATE_CHECK_REFUSED_REPLIES.")
+	reg.MustRegister(m.CheckRepliesRefused)
 	return m
 }
 

@@ -118,7 +118,7 @@ func (b *Bus) park(ctx context.Context, seq uint64, o ParkOptions) error {
 	if err != nil {
 		return fmt.Errorf("park seq %d: get: %w", seq, err)
 	}
-	if err := b.DeadLetter(ctx, raw.Data, raw.Header, seq, ReasonMaxDeliveries); err != nil {
+	if err := b.DeadLetter(ctx, StreamIn, raw.Data, raw.Header, seq, ReasonMaxDeliveries); err != nil {
 		return fmt.Errorf("park: %w", err)
 	}
 	if o.OnParked != nil {

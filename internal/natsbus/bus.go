@@ -31,7 +31,10 @@ const (
 	HeaderBypass       = "Gate-Bypass"
 	HeaderUnchecked    = "Gate-Unchecked"
 	HeaderError        = "Gate-Error"
-	HeaderStreamSeq    = "Gate-Stream-Seq"
+	// HeaderStream is set on a dead letter: the stream its message came
+	// from (StreamIn, StreamRefund); HeaderStreamSeq is its place there.
+	HeaderStream    = "Gate-Stream"
+	HeaderStreamSeq = "Gate-Stream-Seq"
 	// HeaderTruncated is set on a dead letter cut to fit NATS's max
 	// payload: the original size in bytes.
 	HeaderTruncated = "Gate-Truncated"

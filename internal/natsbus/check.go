@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/metrics"
 )
 
 // Defaults of CheckOptions, and of Options.CheckSubject.
@@ -34,6 +35,12 @@ type CheckOptions struct {
 	// failed check's reply carries the status POST /v1/check would have
 	// answered, so the API's one map of classes to statuses serves both.
 	Status func(gate.Class) int
+	// RefusedReplies are reply subjects (wildcards allowed) no check is
+	// answered on, besides the gate's own subjects and those starting with
+	// $, which are always refused (replyGuard).
+	RefusedReplies []string
+	// Metrics, if set, counts refused replies.
+	Metrics *metrics.Metrics
 }
 
 // CheckFunc answers a check from its JSON body (the pipeline's Checker).
@@ -47,14 +54,18 @@ type checkError struct {
 }
 
 // ServeChecks answers core NATS requests on the check subject
-// (Options.CheckSubject) until ctx
-// ends, then drains the subscription and waits for the checks in hand. It
-// subscribes in a queue group, so every gate of a deployment shares the
-// subject and each request is answered once. Every request with a reply
-// subject gets one reply: the answer, or {"error": …, "status": …} (400,
-// 503 or 500, as POST /v1/check). A request without a reply subject is not
-// decided: nobody would read the answer, and a check that is not read must
-// not take a slot.
+// (Options.CheckSubject) until ctx ends, then drains the subscription and
+// waits for the checks in hand. It subscribes in a queue group, so every
+// gate of a deployment shares the subject and each request is answered
+// once. Every request with a reply subject the gate may publish to gets
+// one reply: the answer, or {"error": …, "status": …} (400, 503 or 500, as
+// POST /v1/check). A request without a reply subject is not decided:
+// nobody would read the answer, and a check that is not read must not take
+// a slot. Nor is one whose reply subject the gate must not publish to
+// (replyGuard: the gate's own subjects, those starting with $, and
+// o.RefusedReplies): it is counted and logged (once a minute) instead,
+// before it would wait for a slot, so that refusals never hold up checks.
+// A malformed subject in o.RefusedReplies is an error.
 func (b *Bus) ServeChecks(ctx context.Context, check CheckFunc, o CheckOptions) error {
 	if o.Status == nil {
 		return errors.New("serve checks: CheckOptions.Status is required")
@@ -68,8 +79,13 @@ func (b *Bus) ServeChecks(ctx context.Context, check CheckFunc, o CheckOptions) 
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultCheckTimeout
 	}
+	guard, err := b.newReplyGuard(ctx, o.RefusedReplies, o.Metrics)
+	if err != nil {
+		return fmt.Errorf("serve checks: %w", err)
+	}
 	slots := make(chan struct{}, o.InFlight)
 	var wg sync.WaitGroup
+	wg.Go(func() { guard.follow(ctx) })
 	// The handler runs on the subscription's own goroutine: it hands each
 	// check over once a slot is free, so a gate answering its share slowly
 	// lets requests queue in the client, within NATS's pending limits.
@@ -77,6 +93,9 @@ func (b *Bus) ServeChecks(ctx context.Context, check CheckFunc, o CheckOptions) 
 	sub, err := b.nc.QueueSubscribe(subject, o.Queue, func(m *nats.Msg) {
 		if m.Reply == "" {
 			b.log.Debug("check without a reply subject ignored", "subject", m.Subject)
+			return
+		}
+		if guard.refuses(m) {
 			return
 		}
 		slots <- struct{}{}

@@ -20,13 +20,19 @@ import (
 // returns nil then.
 func serveChecks(t *testing.T, b *Bus, check CheckFunc) {
 	t.Helper()
+	serveChecksWith(t, b, check, CheckOptions{Status: status})
+}
+
+// serveChecksWith is serveChecks with options o.
+func serveChecksWith(t *testing.T, b *Bus, check CheckFunc, o CheckOptions) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ready := make(chan struct{})
 	go func() {
 		done <- b.ServeChecks(ctx, func(ctx context.Context, body []byte) (gate.CheckAnswer, error) {
 			return check(ctx, body)
-		}, CheckOptions{Status: status})
+		}, o)
 	}()
 	// The subscription is in place once a request is answered.
 	go func() {

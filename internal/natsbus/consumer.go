@@ -110,7 +110,7 @@ func (b *Bus) EnsureConsumer(ctx context.Context) (jetstream.Consumer, error) {
 // ("the gate failed on this message: ...") and terminated.
 func (b *Bus) ConsumeStaged(ctx context.Context, start gate.BatchStarter, o ConsumeOptions) error {
 	o.setDefaults(b.opts.AckWait)
-	w := &work{b: b, consumer: ConsumerName, noun: "message", ensure: b.EnsureConsumer, start: start,
+	w := &work{b: b, consumer: ConsumerName, stream: StreamIn, noun: "message", ensure: b.EnsureConsumer, start: start,
 		pull: 2 * o.Batch, lag: true, o: o}
 	w.run(ctx)
 	return nil

@@ -20,7 +20,7 @@ func TestDeadLetterFitsTheMaxPayload(t *testing.T) {
 	for _, size := range []int{100, int(nc.MaxPayload()) - 10} {
 		data := bytes.Repeat([]byte("x"), size)
 		seq := uint64(size)
-		if err := b.DeadLetter(t.Context(), data, nil, seq, "too big"); err != nil {
+		if err := b.DeadLetter(t.Context(), StreamIn, data, nil, seq, "too big"); err != nil {
 			t.Fatalf("dead-letter %d bytes: %v", size, err)
 		}
 		dead, err := b.JetStream().Stream(t.Context(), StreamDead)
@@ -60,7 +60,7 @@ func TestDeadLetterReasonIsOneHeaderLine(t *testing.T) {
 		{strings.Repeat("é", MaxReasonBytes), strings.Repeat("é", MaxReasonBytes/2) + "…"},
 	} {
 		seq := uint64(1000 + i)
-		if err := b.DeadLetter(t.Context(), []byte("{}"), nil, seq, tc.reason); err != nil {
+		if err := b.DeadLetter(t.Context(), StreamIn, []byte("{}"), nil, seq, tc.reason); err != nil {
 			t.Fatalf("dead-letter %q: %v", tc.reason, err)
 		}
 		dead, err := b.JetStream().Stream(t.Context(), StreamDead)

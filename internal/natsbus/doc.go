@@ -11,6 +11,7 @@
 // it recovers a handler's panic, parking only the message that causes it.
 // It can also run an embedded nats-server for the zero-install default.
 //
-// It may import the standard library, nats.go, nats-server, internal/gate
-// and internal/metrics; never another adapter.
+// It may import the standard library, nats.go, nats-server, internal/gate,
+// internal/metrics and internal/ratelog (for refused checks' log lines);
+// never another adapter.
 package natsbus

@@ -86,12 +86,29 @@ func (b *Bus) Forward(ctx context.Context, fs []gate.Forward) []error {
 // MaxReasonBytes bounds the reason a dead letter's Gate-Error carries.
 const MaxReasonBytes = 4096
 
-// DeadLetter parks a message that can never be decided on the dead-letter
-// subject, with the reason in the Gate-Error header, and waits for the
-// stream to store it. It is idempotent per message: per its Nats-Msg-Id
-// when it came with one, else per GATE_IN sequence. (A producer's retry can
-// reach GATE_IN twice, under two sequences: after a nats-server restart the
-// stream's de-duplication no longer knows the ids of messages it removed.)
+// DeadLetterID is the Nats-Msg-Id of the dead letter of a message of the
+// stream named stream (StreamIn, StreamRefund): "<stream>:id:<msgID>" when
+// the message came with a Nats-Msg-Id, else "<stream>:<seq>", its sequence
+// in that stream. GATE_DEAD de-duplicates dead letters by it, so no two
+// messages may share one: the name up to the first colon is the stream
+// (stream names hold no colon), and after it either "id:" and the whole id,
+// colons and all, or a sequence, which holds digits only. GATE_IN's names
+// are those of earlier versions.
+func DeadLetterID(stream, msgID string, seq uint64) string {
+	if msgID != "" {
+		return stream + ":id:" + msgID
+	}
+	return stream + ":" + strconv.FormatUint(seq, 10)
+}
+
+// DeadLetter parks a message of stream (StreamIn, StreamRefund) that can
+// never be decided on the dead-letter subject, with the reason in the
+// Gate-Error header, its stream in Gate-Stream and its place there in
+// Gate-Stream-Seq, and waits for the stream to store it. It is idempotent
+// per message: per its Nats-Msg-Id when it came with one, else per
+// sequence (DeadLetterID). (A producer's retry can reach GATE_IN twice,
+// under two sequences: after a nats-server restart the stream's
+// de-duplication no longer knows the ids of messages it removed.)
 //
 // A message that reached GATE_IN within NATS's max payload may no longer
 // fit once the gate's headers are added; it is parked cut to fit, with
@@ -100,7 +117,7 @@ const MaxReasonBytes = 4096
 // Whatever reason says, Gate-Error holds it as one header line of valid
 // UTF-8 (gate.OneLine), at most MaxReasonBytes: a reason may quote a store,
 // a library or the message itself.
-func (b *Bus) DeadLetter(ctx context.Context, data []byte, hdr nats.Header, streamSeq uint64, reason string) error {
+func (b *Bus) DeadLetter(ctx context.Context, stream string, data []byte, hdr nats.Header, streamSeq uint64, reason string) error {
 	msg := nats.NewMsg(b.opts.DeadSubject)
 	msg.Data = data
 	for k, vs := range hdr {
@@ -112,18 +129,15 @@ func (b *Bus) DeadLetter(ctx context.Context, data []byte, hdr nats.Header, stre
 		}
 	}
 	msg.Header.Set(HeaderError, gate.OneLine(reason, MaxReasonBytes))
+	msg.Header.Set(HeaderStream, stream)
 	msg.Header.Set(HeaderStreamSeq, fmt.Sprint(streamSeq))
-	parkID := fmt.Sprintf("%s:%d", StreamIn, streamSeq)
-	if id := hdr.Get(jetstream.MsgIDHeader); id != "" {
-		parkID = StreamIn + ":id:" + id
-	}
-	msg.Header.Set(jetstream.MsgIDHeader, parkID)
+	msg.Header.Set(jetstream.MsgIDHeader, DeadLetterID(stream, hdr.Get(jetstream.MsgIDHeader), streamSeq))
 	if limit := int(b.nc.MaxPayload()); limit > 0 && len(data)+headerSize(msg.Header) > limit {
 		msg.Header.Set(HeaderTruncated, strconv.Itoa(len(data)))
 		msg.Data = data[:max(0, limit-headerSize(msg.Header))]
 	}
 	if _, err := b.js.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("dead-letter seq %d: %w: %w", streamSeq, gate.ErrUnavailable, err)
+		return fmt.Errorf("dead-letter %s seq %d: %w: %w", stream, streamSeq, gate.ErrUnavailable, err)
 	}
 	return nil
 }

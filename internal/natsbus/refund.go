@@ -3,12 +3,10 @@ package natsbus
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/metrics"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -82,8 +80,8 @@ func (b *Bus) ensureRefunds(ctx context.Context) (jetstream.Consumer, error) {
 func (b *Bus) ConsumeRefunds(ctx context.Context, refunder gate.Refunder, ro RefundOptions) error {
 	o := ConsumeOptions{Batch: 1, InFlight: 1, HandleTimeout: b.opts.AckWait, RetryMin: ro.RetryMin, RetryMax: ro.RetryMax, Metrics: ro.Metrics}
 	o.setDefaults(b.opts.AckWait)
-	w := &work{b: b, consumer: RefundConsumerName, noun: "refund", ensure: b.ensureRefunds,
-		start: b.refunds(refunder), pull: refundPull, parkHeader: refundParkHeader, o: o}
+	w := &work{b: b, consumer: RefundConsumerName, stream: StreamRefund, noun: "refund", ensure: b.ensureRefunds,
+		start: b.refunds(refunder), pull: refundPull, o: o}
 	w.run(ctx)
 	return nil
 }
@@ -102,23 +100,4 @@ func (b *Bus) refunds(refunder gate.Refunder) gate.BatchStarter {
 		}
 		return func() []error { return errs }
 	}
-}
-
-// refundParkHeader is a refund's headers as DeadLetter must see them: its
-// Nats-Msg-Id, which names the dead letter (deduplicated by GATE_DEAD), made
-// "refund:" and the sender's id, or the refund's stream sequence. Without
-// it the dead letter would be named by GATE_REFUND's sequence as if it were
-// GATE_IN's, and a message of GATE_IN parked under the same number would
-// make GATE_DEAD drop it as a duplicate.
-func refundParkHeader(h nats.Header, seq uint64) nats.Header {
-	out := make(nats.Header, len(h)+1)
-	for k, vs := range h {
-		out[k] = vs
-	}
-	id := "refund:seq:" + strconv.FormatUint(seq, 10)
-	if sent := h.Get(jetstream.MsgIDHeader); sent != "" {
-		id = "refund:id:" + sent
-	}
-	out.Set(jetstream.MsgIDHeader, id)
-	return out
 }

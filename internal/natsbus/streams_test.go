@@ -27,7 +27,7 @@ func TestLostStreamsAreRecreated(t *testing.T) {
 			t.Errorf("CheckStreams = %v, want it to name %s", err, name)
 		}
 	}
-	if err := b.DeadLetter(ctx, []byte("x"), nats.Header{}, 1, "bad"); err == nil {
+	if err := b.DeadLetter(ctx, StreamIn, []byte("x"), nats.Header{}, 1, "bad"); err == nil {
 		t.Fatal("dead letter without GATE_DEAD: no error, the test shows nothing")
 	}
 
@@ -39,7 +39,7 @@ func TestLostStreamsAreRecreated(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := b.DeadLetter(ctx, []byte("x"), nats.Header{}, 1, "bad"); err != nil {
+	if err := b.DeadLetter(ctx, StreamIn, []byte("x"), nats.Header{}, 1, "bad"); err != nil {
 		t.Errorf("dead letter after the recreation: %v", err)
 	}
 	out, err := b.js.Stream(ctx, StreamOut)

@@ -33,9 +33,9 @@ type work struct {
 	// pull is how many messages the iterator asks for ahead of the
 	// batches in hand.
 	pull int
-	// parkHeader is the headers a parked message's dead letter starts
-	// from, given its own and its stream sequence; nil keeps its own.
-	parkHeader func(h nats.Header, seq uint64) nats.Header
+	// stream is the consumer's stream, which names its dead letters
+	// (DeadLetterID).
+	stream string
 	// lag reports the consumer's pending counts to o.Metrics.
 	lag bool
 	o   ConsumeOptions // defaults applied
@@ -332,11 +332,7 @@ func (w *work) ack(m jetstream.Msg, d gate.Delivery, then string) {
 // dead letter cannot be written, m is retried instead, so that it is never
 // dropped unseen.
 func (w *work) park(ctx context.Context, m jetstream.Msg, d gate.Delivery, reason string) {
-	hdr := m.Headers()
-	if w.parkHeader != nil {
-		hdr = w.parkHeader(hdr, d.Seq)
-	}
-	if err := w.b.DeadLetter(ctx, d.Data, hdr, d.Seq, reason); err != nil {
+	if err := w.b.DeadLetter(ctx, w.stream, d.Data, m.Headers(), d.Seq, reason); err != nil {
 		w.b.log.Error("dead letter of a "+w.noun+" failed; will retry", "seq", d.Seq, "err", err)
 		w.nak(m, d)
 		return
