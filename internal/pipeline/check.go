@@ -69,11 +69,12 @@ func (c *Checker) Check(ctx context.Context, body []byte) (a gate.CheckAnswer, e
 // now, which first waits for a moment.
 func (c *Checker) storedAnswer(ctx context.Context, m gate.Message) (gate.CheckAnswer, bool, error) {
 	a, found, prior, err := c.o.Answers.Answer(ctx, m.ID)
+	reused := reusedBy(prior, m)
 	switch {
 	case err != nil:
 		return gate.CheckAnswer{}, false, checks.unavailable("audit", "check_answer", err)
-	case reusedBy(prior, m) != nil:
-		return gate.CheckAnswer{}, true, reusedBy(prior, m)
+	case reused != nil:
+		return gate.CheckAnswer{}, true, reused
 	case found:
 		return a.AsDuplicate(), true, nil
 	case prior.Outcome != "":
@@ -110,11 +111,12 @@ func (c *Checker) first(ctx context.Context, m gate.Message, tried int) (gate.Ch
 			}
 		}
 		a, found, prior, err := c.o.Answers.Answer(ctx, m.ID)
+		reused := reusedBy(prior, m)
 		switch {
 		case err != nil:
 			return gate.CheckAnswer{}, checks.unavailable("audit", "check_answer", err)
-		case reusedBy(prior, m) != nil:
-			return gate.CheckAnswer{}, reusedBy(prior, m)
+		case reused != nil:
+			return gate.CheckAnswer{}, reused
 		case found:
 			return a.AsDuplicate(), nil
 		case try >= firstTries && prior.Outcome != "":

@@ -255,10 +255,11 @@ func (c *Checker) storedAnswers(ctx context.Context, items []*checkItem) []*chec
 	left := items[:0]
 	for _, it := range items {
 		sa := found[it.req.Message.ID]
+		reused := reusedBy(sa.Prior, it.req.Message)
 		switch {
 		case it.answered():
-		case reusedBy(sa.Prior, it.req.Message) != nil:
-			it.resolve(gate.CheckAnswer{}, reusedBy(sa.Prior, it.req.Message))
+		case reused != nil:
+			it.resolve(gate.CheckAnswer{}, reused)
 		case sa.Found:
 			it.resolve(sa.Answer.AsDuplicate(), nil)
 		case sa.Prior.Outcome != "":
