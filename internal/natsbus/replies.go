@@ -64,13 +64,13 @@ func (g *replyGuard) readOwn(ctx context.Context) {
 	own := []string{o.InSubject, o.OutSubject, o.DeadSubject, o.CheckSubject, o.RefundSubject}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	for _, name := range []string{StreamIn, StreamOut, StreamDead, StreamRefund} {
-		if s, err := g.b.js.Stream(ctx, name); err == nil {
-			g.streams[name] = s.CachedInfo().Config.Subjects
+	for _, cfg := range g.b.streams() {
+		if s, err := g.b.js.Stream(ctx, cfg.Name); err == nil {
+			g.streams[cfg.Name] = s.CachedInfo().Config.Subjects
 		} else {
-			g.b.log.Debug("reading a stream's subjects for the checks' reply guard", "stream", name, "err", err)
+			g.b.log.Debug("reading a stream's subjects for the checks' reply guard", "stream", cfg.Name, "err", err)
 		}
-		own = append(own, g.streams[name]...)
+		own = append(own, g.streams[cfg.Name]...)
 	}
 	g.own.Store(&own)
 }
