@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/antifatigue/gate/internal/gate"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -335,5 +336,63 @@ func TestReplicasRefused(t *testing.T) {
 	}
 	if took := time.Since(t0); took > 30*time.Second {
 		t.Errorf("Replicas 3 on one server refused after %s: waited as if a cluster were electing", took)
+	}
+}
+
+// The work loop's consumer waits for a cluster that has lost its quorum
+// (no meta leader: the consumer cannot be created), saying so, and
+// consumes once the cluster is whole again.
+func TestConsumerWaitsForTheCluster(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startAll()
+	ctx := t.Context()
+	var log logBuffer
+	nc := c.connect(log.logger())
+	b, err := New(ctx, nc, Options{Replicas: 3}, log.logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{1, 2} {
+		c.nodes[i].Shutdown()
+		c.nodes[i].WaitForShutdown()
+		c.nodes[i] = nil
+	}
+	seen := make(chan string, 1)
+	runStaged(t, b, oneStep(func(_ context.Context, batch []gate.Delivery) []error {
+		for _, d := range batch {
+			select {
+			case seen <- string(d.Data):
+			default:
+			}
+		}
+		return make([]error, len(batch))
+	}), ConsumeOptions{})
+	waitLog(t, &log, `msg="waiting for the nats cluster (leader elections)" for="consumer gate"`, 30*time.Second)
+	c.start(1)
+	c.start(2)
+	waitLog(t, &log, `msg="consumer ready" consumer=gate`, 90*time.Second)
+	if _, err := b.js.Publish(ctx, DefaultInSubject, []byte("after the election")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-seen:
+		if got != "after the election" {
+			t.Errorf("consumed %q", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing consumed within 30s of the cluster being whole")
+	}
+}
+
+// waitLog waits until the log holds line, and fails the test with the log
+// if it does not within d.
+func waitLog(t *testing.T, log *logBuffer, line string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !strings.Contains(log.String(), line) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not say %s within %s:\n%s", line, d, log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
