@@ -28,9 +28,10 @@ import (
 // and the ledger balances as in every fault scenario: one outcome per
 // message, nothing forwarded twice, nobody over a limit. How long deciding
 // stopped at each kill (the longest gap between two rises of the decided
-// count, from the kill until the cluster is whole again) is logged, not
-// asserted: it is the cluster's leader election, a few seconds, and the
-// machine is shared.
+// count, from the kill until the cluster is whole again), and acking (the
+// same of GATE_IN's acked count: a forward is acked once GATE_OUT stored
+// it) is logged, not asserted: it is the cluster's leader election, a few
+// seconds, and the machine is shared.
 func TestNATSClusterLeadersKilled(t *testing.T) {
 	needServices(t)
 	tSetup := time.Now()
@@ -56,7 +57,11 @@ func TestNATSClusterLeadersKilled(t *testing.T) {
 	}
 	c.wantReplicas(t, s.bus.js, 3)
 
-	watch := watchDecided(t, gates[2])
+	// Two counts: decided (committed, a suppression as soon as its row
+	// is written; a forward is committed before it is published) and
+	// done (acked on GATE_IN, a forward only once GATE_OUT stored it).
+	watch := watchCount(t, gates[2].received)
+	acked := watchCount(t, s.bus.acked)
 	stop := make(chan struct{})
 	wait := s.publishPaced(msgs, 600, stop)
 	tStart := time.Now()
@@ -74,10 +79,12 @@ func TestNATSClusterLeadersKilled(t *testing.T) {
 		node.start()
 		c.waitWhole(t, s.bus.js)
 		tWhole := time.Now()
-		stall := watch.longestStall(tKill, tWhole)
-		t.Logf("STALL kill %d: %s leader %s killed: %s elected after %s; deciding stopped for at most %s; whole again %s after the kill",
-			k+1, stream, leader, stream, elected.Round(10*time.Millisecond), stall.Round(10*time.Millisecond), tWhole.Sub(tKill).Round(10*time.Millisecond))
+		stall, ackStall := watch.longestStall(tKill, tWhole), acked.longestStall(tKill, tWhole)
+		t.Logf("STALL kill %d: %s leader %s killed: %s elected after %s; deciding stopped for at most %s, acking (every effect done) for at most %s; whole again %s after the kill",
+			k+1, stream, leader, stream, elected.Round(10*time.Millisecond), stall.Round(10*time.Millisecond),
+			ackStall.Round(10*time.Millisecond), tWhole.Sub(tKill).Round(10*time.Millisecond))
 		tm.add(fmt.Sprintf("kill -9 of the %s leader (%s): deciding stopped for at most", stream, leader), stall)
+		tm.add("acking for at most", ackStall)
 	}
 	// A little traffic on the healed cluster, then the publisher stops
 	// starting messages and finishes those it started.
@@ -101,6 +108,7 @@ func TestNATSClusterLeadersKilled(t *testing.T) {
 		t.Logf("%s: %d reconnects logged, messages retried by cause: %v", g.name, len(g.LogLines(`msg="nats reconnected"`)), retryKinds(g))
 	}
 	watch.stop()
+	acked.stop()
 	tCheck := time.Now()
 	r := s.check(msgs, standardModel, gates[2])
 	tm.add("ledger checked in", time.Since(tCheck))
@@ -271,30 +279,31 @@ func (c *natsCluster) waitWhole(t *testing.T, js jetstream.JetStream) {
 	})
 }
 
-// decidedWatch samples the gates' decided count (the summary's received
-// counter, which every gate shares) every 50 ms.
-type decidedWatch struct {
+// countWatch samples a count that only grows (the gates' decided count,
+// GATE_IN's acked count) every 50 ms; a sample count returns -1 when it
+// cannot say.
+type countWatch struct {
 	mu      sync.Mutex
-	samples []decidedSample
+	samples []countSample
 	done    chan struct{}
 	stopped chan struct{}
 }
 
-type decidedSample struct {
+type countSample struct {
 	at time.Time
 	n  int64
 }
 
-func watchDecided(t *testing.T, g *gateProc) *decidedWatch {
-	w := &decidedWatch{done: make(chan struct{}), stopped: make(chan struct{})}
+func watchCount(t *testing.T, count func() int64) *countWatch {
+	w := &countWatch{done: make(chan struct{}), stopped: make(chan struct{})}
 	go func() {
 		defer close(w.stopped)
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if n := g.received(); n >= 0 {
+			if n := count(); n >= 0 {
 				w.mu.Lock()
-				w.samples = append(w.samples, decidedSample{time.Now(), n})
+				w.samples = append(w.samples, countSample{time.Now(), n})
 				w.mu.Unlock()
 			}
 			select {
@@ -308,7 +317,7 @@ func watchDecided(t *testing.T, g *gateProc) *decidedWatch {
 	return w
 }
 
-func (w *decidedWatch) stop() {
+func (w *countWatch) stop() {
 	select {
 	case <-w.done:
 	default:
@@ -317,8 +326,8 @@ func (w *decidedWatch) stop() {
 	<-w.stopped
 }
 
-// last is the latest decided count seen (0 before any).
-func (w *decidedWatch) last() int64 {
+// last is the latest count seen (0 before any).
+func (w *countWatch) last() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.samples) == 0 {
@@ -327,10 +336,10 @@ func (w *decidedWatch) last() int64 {
 	return w.samples[len(w.samples)-1].n
 }
 
-// longestStall is the longest time the decided count did not rise, over
+// longestStall is the longest time the count did not rise, over
 // the stalls that overlap [from, to]: from the last rise before from to
 // the next rise, and so on until to.
-func (w *decidedWatch) longestStall(from, to time.Time) time.Duration {
+func (w *countWatch) longestStall(from, to time.Time) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var longest time.Duration
@@ -383,4 +392,18 @@ func (s *stack) publishPaced(msgs []message, rate int, stop <-chan struct{}) (wa
 		}
 	}()
 	return func() (int, error) { <-finished; cancel(); return n, err }
+}
+
+// acked is how many messages GATE_IN has had acknowledged (a work queue
+// deletes each once acked): its last sequence less what it holds; -1 when
+// the stream does not answer within a second (an election).
+func (b *busClient) acked() int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := b.js.Stream(ctx, natsbus.StreamIn)
+	if err != nil {
+		return -1
+	}
+	state := st.CachedInfo().State
+	return int64(state.LastSeq - state.Msgs)
 }
