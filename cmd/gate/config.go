@@ -29,6 +29,9 @@ import (
 type config struct {
 	NATSURL          string
 	EmbeddedNATSAddr string
+	// StreamReplicas (GATE_STREAM_REPLICAS) is the replicas of the gate's
+	// streams; 0 (unset) leaves existing streams' replicas alone.
+	StreamReplicas   int
 	RedisURL         string
 	RedisCluster     bool
 	DatabaseURL      string
@@ -90,7 +93,8 @@ type config struct {
 func settings(c *config) []setting {
 	wholeNumber := func(p *int) func(string) error { return num(p, 0, "a whole number") }
 	return []setting{
-		{"nats-url", "GATE_NATS_URL", "", "NATS server URL; empty runs an embedded NATS server with JetStream", false, str(&c.NATSURL)},
+		{"nats-url", "GATE_NATS_URL", "", "NATS server URL, or a comma-separated list of a cluster's servers; empty runs an embedded NATS server with JetStream", false, str(&c.NATSURL)},
+		{"stream-replicas", "GATE_STREAM_REPLICAS", "", "replicas of every stream the gate makes (GATE_IN, GATE_OUT, GATE_DEAD, GATE_REFUND), 1 to 5 (3 on a NATS cluster); existing streams with another count are scaled to it at start. Empty: existing streams keep theirs, new ones get 1", false, replicas(&c.StreamReplicas)},
 		{"embedded-nats-addr", "GATE_EMBEDDED_NATS_ADDR", natsbus.DefaultEmbeddedAddr, "listen address of the embedded NATS server", false, str(&c.EmbeddedNATSAddr)},
 		{"embedded-nats-password", "GATE_EMBEDDED_NATS_PASSWORD", "", "password of the embedded NATS server's user gate, which reads gate.out and gate.dead (clients without credentials may only produce); empty: generated into $GATE_DATA_DIR/" + embeddedPasswordFile + " (prefer the variable to the flag)", true, str(&c.EmbeddedNATSPassword)},
 		{"redis-url", "GATE_REDIS_URL", "", "Redis URL (redis://host:6379/0); empty uses the in-process window store", false, str(&c.RedisURL)},
@@ -181,6 +185,19 @@ func parseHostList(v string) ([]string, error) {
 	return hosts, nil
 }
 
+// replicas reads GATE_STREAM_REPLICAS: empty is 0 (leave the streams'
+// replicas), else 1 to natsbus.MaxReplicas.
+func replicas(p *int) func(string) error {
+	want := fmt.Sprintf("a number of replicas from 1 to %d, or nothing", natsbus.MaxReplicas)
+	return parsed(p, want, func(v string) (int, bool) {
+		if v == "" {
+			return 0, true
+		}
+		n, err := strconv.Atoi(v)
+		return n, err == nil && n >= 1 && n <= natsbus.MaxReplicas
+	})
+}
+
 // parseSubjectList reads GATE_CHECK_REFUSED_REPLIES: NATS subjects,
 // wildcards allowed, comma-separated. A malformed one is an error rather
 // than a subject that never matches.
@@ -248,6 +265,9 @@ func (c *config) validate() error {
 	}
 	if c.PprofAddr != "" && !loopbackAddr(c.PprofAddr) {
 		errs = append(errs, fmt.Sprintf("GATE_PPROF_ADDR must be a loopback host:port such as 127.0.0.1:6060, got %q: profiles show the process's internals", c.PprofAddr))
+	}
+	if c.NATSURL == "" && c.StreamReplicas > 1 {
+		errs = append(errs, fmt.Sprintf("GATE_STREAM_REPLICAS is %d but the embedded NATS server (GATE_NATS_URL unset) is one server, which keeps one replica: set GATE_NATS_URL to a NATS cluster, or GATE_STREAM_REPLICAS to 1", c.StreamReplicas))
 	}
 	if c.NATSURL == "" && c.EmbeddedNATSPassword == "" && !loopbackAddr(c.EmbeddedNATSAddr) {
 		errs = append(errs, fmt.Sprintf("GATE_EMBEDDED_NATS_ADDR %q is not a loopback address: set GATE_EMBEDDED_NATS_PASSWORD, the password of the embedded NATS server's user gate, before other hosts may reach it", c.EmbeddedNATSAddr))

@@ -265,3 +265,38 @@ func TestCheckRefusedRepliesSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamReplicasSetting: GATE_STREAM_REPLICAS is unset (0: leave the
+// streams' replicas) by default, 1 to 5 when set, and above 1 only with a
+// NATS server of one's own: the embedded server is one server.
+func TestStreamReplicasSetting(t *testing.T) {
+	const cluster = "nats://127.0.0.1:4222,nats://127.0.0.1:4223,nats://127.0.0.1:4224"
+	for _, tt := range []struct {
+		replicas, natsURL string
+		want              int
+		wantErr           string
+	}{
+		{replicas: "", want: 0},
+		{replicas: "", natsURL: cluster, want: 0},
+		{replicas: "1", want: 1},
+		{replicas: "3", natsURL: cluster, want: 3},
+		{replicas: "5", natsURL: "nats://127.0.0.1:4222", want: 5},
+		{replicas: "0", natsURL: cluster, wantErr: "GATE_STREAM_REPLICAS: want a number of replicas from 1 to 5"},
+		{replicas: "6", natsURL: cluster, wantErr: "GATE_STREAM_REPLICAS: want a number of replicas from 1 to 5"},
+		{replicas: "three", natsURL: cluster, wantErr: "GATE_STREAM_REPLICAS: want a number of replicas from 1 to 5"},
+		{replicas: "3", wantErr: "GATE_STREAM_REPLICAS is 3 but the embedded NATS server"},
+	} {
+		env := map[string]string{"GATE_STREAM_REPLICAS": tt.replicas, "GATE_NATS_URL": tt.natsURL}
+		c, err := parseConfig(nil, func(k string) string { return env[k] }, io.Discard)
+		switch {
+		case tt.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%v: err = %v, want one containing %q", env, err, tt.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%v: %v", env, err)
+		case c.StreamReplicas != tt.want:
+			t.Errorf("%v: StreamReplicas = %d, want %d", env, c.StreamReplicas, tt.want)
+		}
+	}
+}

@@ -127,8 +127,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		InSubject: c.InSubject, OutSubject: c.OutSubject, DeadSubject: c.DeadSubject,
 		CheckSubject: c.CheckSubject, RefundSubject: c.RefundSubject,
 		AckWait: c.AckWait, MaxAckPending: c.MaxAckPending, MaxDeliver: c.MaxDeliver,
-		OutDuplicates: c.OutDuplicates,
-		MaxMsgBytes:   int32(min(max(2*c.MaxMessageBytes, 1<<20), 64<<20)),
+		OutDuplicates: c.OutDuplicates, Replicas: c.StreamReplicas,
+		MaxMsgBytes: int32(min(max(2*c.MaxMessageBytes, 1<<20), 64<<20)),
 	}, log)
 	if err != nil {
 		return err

@@ -2,12 +2,13 @@
 // and doubles nothing when things break: the gate killed with SIGKILL and
 // restarted, Redis cut, hung (toxiproxy) and restarted, Postgres and NATS
 // restarted mid-stream, three gates sharing one consumer while being
-// killed, a Redis Cluster, and hostile input.
+// killed, a Redis Cluster, a three-node JetStream cluster losing its stream
+// leaders, and hostile input.
 //
 // Every scenario runs the gate as a separate OS process, built once per run
 // without the race detector, with a nats-server process (built from the
-// nats-server module) and redis-server instances of its own, so a kill
-// never touches the services other tests share. Each scenario ends with
+// nats-server module; three for the cluster) and redis-server instances of
+// its own, so a kill never touches the services other tests share. Each scenario ends with
 // one ledger check: every message id has exactly one outcome (forwarded
 // once on GATE_OUT, one suppression row, parked on GATE_DEAD, or counted as
 // dropped), the report counters agree, and no recipient got more than the

@@ -19,11 +19,12 @@ import (
 	"github.com/antifatigue/gate/internal/testing/testenv"
 )
 
-// stack is one deployment under test: a nats-server process, a window store
-// and an audit database, and any number of gate processes sharing them.
+// stack is one deployment under test: a nats-server process (or a cluster
+// of them), a window store and an audit database, and any number of gate
+// processes sharing them.
 type stack struct {
 	t     testing.TB
-	nats  *natsServer
+	nats  *natsServer       // nil on a cluster (stackOptions.NATSURL)
 	env   map[string]string // the GATE_* settings every gate gets
 	rules string            // path of the rules file
 	bus   *busClient
@@ -36,6 +37,9 @@ type stackOptions struct {
 	DatabaseURL string // empty: a fresh schema in the shared test database
 	Rules       model
 	Env         map[string]string // more GATE_* settings, for every gate
+	// NATSURL is the NATS the stack runs on (a cluster's list of servers);
+	// empty: a nats-server process of the stack's own (stack.nats).
+	NATSURL string
 }
 
 func newStack(t testing.TB, o stackOptions) *stack {
@@ -45,12 +49,16 @@ func newStack(t testing.TB, o stackOptions) *stack {
 		o.DatabaseURL = testenv.PostgresSchemaURL(t)
 	}
 	gateproc.Gate(t)
-	s := &stack{t: t, nats: startNATS(t), rules: filepath.Join(t.TempDir(), "rules.yaml")}
+	s := &stack{t: t, rules: filepath.Join(t.TempDir(), "rules.yaml")}
+	if o.NATSURL == "" {
+		s.nats = startNATS(t)
+		o.NATSURL = s.nats.url()
+	}
 	if err := os.WriteFile(s.rules, []byte(o.Rules.yaml()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s.env = map[string]string{
-		"GATE_NATS_URL":     s.nats.url(),
+		"GATE_NATS_URL":     o.NATSURL,
 		"GATE_REDIS_URL":    o.RedisURL,
 		"GATE_DATABASE_URL": o.DatabaseURL,
 		"GATE_RULES":        s.rules,
@@ -64,7 +72,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	for k, v := range o.Env {
 		s.env[k] = v
 	}
-	s.bus = newBusClient(t, s.nats.url())
+	s.bus = newBusClient(t, o.NATSURL)
 	return s
 }
 

@@ -61,6 +61,16 @@ type Options struct {
 	// pipeline.Options.ReplayWithin. Each id it tracks costs nats-server
 	// about 240 bytes and makes every forward a little dearer.
 	OutDuplicates time.Duration
+	// Replicas is how many copies a JetStream cluster keeps of each of the
+	// gate's streams (1 to MaxReplicas); their consumers follow their
+	// stream. Set, New scales an existing stream with another count to it.
+	// 0 leaves existing streams' replicas alone (a gate that sets none
+	// never scales down a stream someone made R3) and creates new ones
+	// with 1.
+	Replicas int
+	// StartWait bounds how long New waits while a JetStream cluster elects
+	// its leaders (DefaultStartWait).
+	StartWait time.Duration
 	// DeadMaxAge bounds how long dead letters are kept (30d).
 	DeadMaxAge time.Duration
 	// RefundMaxAge bounds how long an unhandled refund waits in
@@ -108,6 +118,7 @@ func (o *Options) setDefaults() {
 	defd(&o.DeadMaxAge, 30*24*time.Hour)
 	defd(&o.RefundMaxAge, 7*24*time.Hour)
 	defd(&o.AckWait, DefaultAckWait)
+	defd(&o.StartWait, DefaultStartWait)
 	if o.MaxMsgBytes <= 0 {
 		o.MaxMsgBytes = 1 << 20
 	}
@@ -127,21 +138,29 @@ type Bus struct {
 	log  *slog.Logger
 }
 
-// Connect dials url with reconnects that never give up, so a NATS outage
+// Connect dials url, one NATS server or a comma-separated list of a
+// cluster's, with reconnects that never give up, across every server of the
+// list and those the cluster announces, so a NATS outage or a lost node
 // pauses the gate instead of ending it. extra add to the options
-// (credentials: EmbeddedGate).
+// (credentials: EmbeddedGate). The logs name the server (its name and
+// address), never the URL, which may carry credentials.
 func Connect(url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
 	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500 * time.Millisecond),
+		// Spread the gates' reconnects over a second when a node goes, so
+		// they do not all land on the next one at once.
+		nats.ReconnectJitter(100*time.Millisecond, time.Second),
 		nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("nats reconnected", "server", c.ConnectedServerName(), "addr", c.ConnectedAddr())
+		}),
 		// A permissions violation (a NATS server whose user for the gate
 		// may not do all it needs) would otherwise go unsaid.
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("nats error", "err", err) }),
@@ -150,50 +169,38 @@ func Connect(url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Co
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats: %w", err)
 	}
+	log.Info("nats connected", "server", nc.ConnectedServerName(), "addr", nc.ConnectedAddr(), "cluster", nc.ConnectedClusterName())
 	return nc, nil
 }
 
 // New creates the streams that are missing (GATE_IN, GATE_OUT, GATE_DEAD
-// and GATE_REFUND). Streams that exist are left as the operator configured
-// them (replicas, limits), except that a missing subject is an error.
+// and GATE_REFUND). Streams that exist keep the operator's settings
+// (limits; replicas unless Options.Replicas is set), except that a missing
+// subject is an error and GATE_OUT takes Options.OutDuplicates. On a
+// JetStream cluster that is still electing its leaders it waits, up to
+// Options.StartWait.
 func New(ctx context.Context, nc *nats.Conn, opts Options, log *slog.Logger) (*Bus, error) {
 	opts.setDefaults()
+	if opts.Replicas < 0 || opts.Replicas > MaxReplicas {
+		return nil, fmt.Errorf("stream replicas must be from 1 to %d (0: leave them), got %d", MaxReplicas, opts.Replicas)
+	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	b := &Bus{nc: nc, js: js, opts: opts, log: log}
 	for _, cfg := range b.streams() {
-		if err := b.ensureStream(ctx, cfg); err != nil {
+		err := b.waitCluster(ctx, "stream "+cfg.Name, func(ctx context.Context) error {
+			if err := b.ensureStream(ctx, cfg); err != nil {
+				return err
+			}
+			return b.reconcile(ctx, cfg)
+		})
+		if err != nil {
 			return nil, err
 		}
 	}
-	if err := b.syncOutDuplicates(ctx); err != nil {
-		return nil, err
-	}
 	return b, nil
-}
-
-// syncOutDuplicates gives an existing GATE_OUT the duplicate window of
-// Options.OutDuplicates, so that a changed GATE_OUT_DUPLICATE_WINDOW takes
-// effect: the pipeline replays forwards within half of it, which only a
-// window at least that long makes safe.
-func (b *Bus) syncOutDuplicates(ctx context.Context) error {
-	s, err := b.js.Stream(ctx, StreamOut)
-	if err != nil {
-		return fmt.Errorf("look up stream %s: %w", StreamOut, err)
-	}
-	cfg := s.CachedInfo().Config
-	if cfg.Duplicates == b.opts.OutDuplicates {
-		return nil
-	}
-	was := cfg.Duplicates
-	cfg.Duplicates = b.opts.OutDuplicates
-	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("set the duplicate window of stream %s to %s: %w", StreamOut, b.opts.OutDuplicates, err)
-	}
-	b.log.Info("changed the duplicate window of a stream", "stream", StreamOut, "from", was, "to", b.opts.OutDuplicates)
-	return nil
 }
 
 // ensureStream creates the stream cfg when it is missing.

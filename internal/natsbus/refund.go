@@ -37,7 +37,7 @@ const refundPull = 16
 // refund leaves it once handled) on the refund subject.
 func (b *Bus) refundStream() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name: StreamRefund, Subjects: []string{b.opts.RefundSubject}, Storage: jetstream.FileStorage,
+		Name: StreamRefund, Subjects: []string{b.opts.RefundSubject}, Storage: jetstream.FileStorage, Replicas: b.newReplicas(),
 		Retention: jetstream.WorkQueuePolicy, MaxAge: b.opts.RefundMaxAge, MaxMsgSize: b.opts.MaxMsgBytes,
 		Duplicates:  2 * time.Minute,
 		Description: "refunds: forwarded messages their sender failed to deliver, to take out of their windows",

@@ -25,7 +25,7 @@ func (b *Bus) streams() []jetstream.StreamConfig {
 // acks it), so it holds only undecided work.
 func (b *Bus) inStream() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name: StreamIn, Subjects: []string{b.opts.InSubject}, Storage: jetstream.FileStorage,
+		Name: StreamIn, Subjects: []string{b.opts.InSubject}, Storage: jetstream.FileStorage, Replicas: b.newReplicas(),
 		Retention: jetstream.WorkQueuePolicy, MaxAge: b.opts.InMaxAge,
 		MaxMsgSize: b.opts.MaxMsgBytes, Duplicates: 2 * time.Minute,
 		Description: "notifications waiting for the anti-fatigue gate",
@@ -34,7 +34,7 @@ func (b *Bus) inStream() jetstream.StreamConfig {
 
 func (b *Bus) outStream() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name: StreamOut, Subjects: []string{b.opts.OutSubject}, Storage: jetstream.FileStorage,
+		Name: StreamOut, Subjects: []string{b.opts.OutSubject}, Storage: jetstream.FileStorage, Replicas: b.newReplicas(),
 		Retention: jetstream.LimitsPolicy, MaxAge: b.opts.OutMaxAge, Duplicates: b.opts.OutDuplicates,
 		Description: "notifications the gate forwarded",
 	}
@@ -42,7 +42,7 @@ func (b *Bus) outStream() jetstream.StreamConfig {
 
 func (b *Bus) deadStream() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name: StreamDead, Subjects: []string{b.opts.DeadSubject}, Storage: jetstream.FileStorage,
+		Name: StreamDead, Subjects: []string{b.opts.DeadSubject}, Storage: jetstream.FileStorage, Replicas: b.newReplicas(),
 		Retention: jetstream.LimitsPolicy, MaxAge: b.opts.DeadMaxAge, Duplicates: 2 * time.Hour,
 		Description: "messages the gate could not decide, with a Gate-Error header",
 	}

@@ -47,18 +47,37 @@ type work struct {
 // run works until ctx is cancelled, (re)creating the consumer whenever it
 // is missing: a NATS outage or a deleted consumer pauses the work instead
 // of ending it.
+//
+// While a JetStream cluster elects a leader (clusterPending), it asks again
+// sooner (250ms, doubling up to ensureRetry) and says that it waits, on the
+// first attempt and every tenth, rather than logging each as an error.
 func (w *work) run(ctx context.Context) {
+	failed := 0
 	for {
 		cons, err := w.ensure(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			w.b.log.Error("consumer unavailable, retrying", "consumer", w.consumer, "err", err)
-			if !sleep(ctx, ensureRetry) {
+			failed++
+			delay := ensureRetry
+			switch {
+			case !clusterPending(err):
+				w.b.log.Error("consumer unavailable, retrying", "consumer", w.consumer, "err", err)
+			default:
+				delay = min(ensureRetry, 250*time.Millisecond<<min(failed-1, 4))
+				if failed == 1 || failed%10 == 0 {
+					w.b.log.Warn("waiting for the nats cluster (leader elections)", "for", "consumer "+w.consumer, "attempt", failed, "err", err)
+				}
+			}
+			if !sleep(ctx, delay) {
 				return
 			}
 			continue
+		}
+		if failed > 0 {
+			w.b.log.Info("consumer ready", "consumer", w.consumer, "attempts", failed+1)
+			failed = 0
 		}
 		lagCtx, stopLag := context.WithCancel(ctx)
 		if w.lag && w.o.Metrics != nil {
