@@ -36,6 +36,7 @@ func main() {
 // environment variable as its default.
 type config struct {
 	n, runs, recipients, seedN, memPairs int
+	fixedN                               int // messages per fixed-rate phase (fixedRates); 0: none
 	batch, workers, maxAckPending        int
 	secondRate                           float64
 	redisURL, databaseURL                string
@@ -76,6 +77,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.IntVar(&c.n, "n", envInt("GATE_BENCH_N", 200_000), "messages at full speed (GATE_BENCH_N); half as many follow at half the rate")
 	fs.IntVar(&c.runs, "runs", envInt("GATE_BENCH_RUNS", 3), "runs; the summary gives each figure's median (GATE_BENCH_RUNS)")
 	fs.IntVar(&c.recipients, "recipients", envInt("GATE_BENCH_RECIPIENTS", 0), "distinct recipients; 0 means n/2, at most 100,000, which holds back about 30 % (GATE_BENCH_RECIPIENTS)")
+	fs.IntVar(&c.fixedN, "fixed-n", envInt("GATE_BENCH_FIXED_N", 10_000), "messages per run at each fixed open-loop rate, 1,000 and 4,000 msgs/s, after the half-rate phase; 0 skips them (GATE_BENCH_FIXED_N)")
 	fs.IntVar(&c.seedN, "seed-n", envInt("GATE_BENCH_SEED_N", 10_000), "messages for the seed baseline (GATE_BENCH_SEED_N)")
 	fs.IntVar(&c.memPairs, "mem-pairs", envInt("GATE_BENCH_MEM_PAIRS", 100_000), "(recipient, scene) pairs for the memory figure (GATE_BENCH_MEM_PAIRS)")
 	fs.IntVar(&c.batch, "batch", envInt("GATE_BATCH", defaultBatch), "the gate's batch size (GATE_BATCH), also used by the ceilings")
@@ -102,7 +104,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	if c.databaseURL == "" && !c.forward {
 		problems = append(problems, "set GATE_BENCH_DATABASE_URL or GATE_TEST_DATABASE_URL (make bench does)")
 	}
-	if c.n < 1000 || c.runs < 1 || c.recipients < 1 || c.seedN < 1 || c.memPairs < 1 || c.batch < 1 || c.workers < 1 {
+	if c.n < 1000 || c.runs < 1 || c.recipients < 1 || c.seedN < 1 || c.fixedN < 0 || c.memPairs < 1 || c.batch < 1 || c.workers < 1 {
 		problems = append(problems, "n must be at least 1000, and runs, recipients, seed-n, mem-pairs, batch and workers at least 1")
 	}
 	for _, bin := range []string{c.gateBin, c.natsBin} {
@@ -298,6 +300,11 @@ func (r *runner) run(ctx context.Context) (res runResult, err error) {
 	}
 	w := newWorkload(r.seed, r.tag, r.cfg.recipients)
 	work := gateWork{warm: w.batchOf(max(min(r.cfg.n/20, 5000), 1)), full: w.batchOf(r.cfg.n), half: w.batchOf(max(r.cfg.n/2, 1))}
+	if r.cfg.fixedN > 0 {
+		for i := range work.fixed {
+			work.fixed[i] = w.batchOf(r.cfg.fixedN)
+		}
+	}
 
 	r.logf("run %s: the gate", r.tag)
 	if res.gate, err = r.runGate(ctx, rs, work); err != nil {
