@@ -264,10 +264,26 @@ func redisClusterPIDs(ctx context.Context, rawURL string) (*redis.ClusterClient,
 	return rc, slices.Compact(pids), nil
 }
 
-// deleteClusterKeys unlinks the keys matching pattern on every master.
+// deleteClusterKeys unlinks the keys matching pattern on every master,
+// one key per command (keys of several slots may not share one).
 func deleteClusterKeys(ctx context.Context, rc *redis.ClusterClient, pattern string) error {
 	return rc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		_, err := deleteKeys(ctx, c, pattern)
-		return err
+		iter := c.Scan(ctx, 0, pattern, 5000).Iterator()
+		pipe := c.Pipeline()
+		for iter.Next(ctx) {
+			pipe.Unlink(ctx, iter.Val())
+			if pipe.Len() == 1000 {
+				if _, err := pipe.Exec(ctx); err != nil {
+					return fmt.Errorf("unlink: %w", err)
+				}
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return fmt.Errorf("scan %s: %w", pattern, err)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("unlink: %w", err)
+		}
+		return nil
 	})
 }

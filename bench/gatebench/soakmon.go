@@ -69,6 +69,7 @@ func (m *soakMonitor) sample(ctx context.Context, s *soakMinute) error {
 	for _, pid := range pids {
 		s.rss["postgres"] += privateRSSOf(int(pid))
 	}
+	s.pgBackends = len(pids)
 	// Every table of the schema that is not a partition, with its
 	// partitions (pg_partition_tree lists nothing for a plain table).
 	rows, err = m.conn.Query(ctx, `
@@ -162,6 +163,7 @@ func printSoakMinute(w io.Writer, minute int, m soakMinute, failedPublishes int6
 	for _, p := range soakProcs {
 		fmt.Fprintf(tw, " %s %.0f", p, mib(m.rss[p]))
 	}
+	fmt.Fprintf(tw, " (%d backends)", m.pgBackends)
 	fmt.Fprintf(tw, "\t| held %d", m.held)
 	if failedPublishes > 0 {
 		fmt.Fprintf(tw, "\t| failed publishes so far %d", failedPublishes)

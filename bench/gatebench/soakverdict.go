@@ -19,6 +19,7 @@ type soakMinute struct {
 	rss              map[string]int64 // process -> resident bytes at the minute's end
 	tables           map[string]tableStat
 	held             int64 // rows of held at the minute's end
+	pgBackends       int   // the gate's PostgreSQL backends at the minute's end
 }
 
 // tableStat is one table's size and live rows, summed over its partitions.
