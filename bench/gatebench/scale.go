@@ -113,6 +113,18 @@ func (r *runner) scaleRound(ctx context.Context, cl *natsCluster, redisPIDs []in
 		return res, err
 	}
 	defer r.dropSchema(drop)
+	// The gates' PostgreSQL backends are those with this application name:
+	// the server is shared, and other users' backends come and go.
+	appName := "gatescale_" + tag
+	gateDB, err := withQuery(dbURL, "application_name", appName)
+	if err != nil {
+		return res, err
+	}
+	mon, err := newSoakMonitor(ctx, dbURL, appName, nil)
+	if err != nil {
+		return res, err
+	}
+	defer mon.close()
 	rulesPath := filepath.Join(r.dir, "rules.yaml")
 	if err := os.WriteFile(rulesPath, []byte(rulesDoc(false)), 0o600); err != nil {
 		return res, fmt.Errorf("write rules: %w", err)
@@ -129,7 +141,7 @@ func (r *runner) scaleRound(ctx context.Context, cl *natsCluster, redisPIDs []in
 		// Each gate is given the whole list, starting with a node of its own.
 		urls := append(slices.Clone(cl.urls[i%len(cl.urls):]), cl.urls[:i%len(cl.urls)]...)
 		g, err := startGate(ctx, r.cfg.gateBin, filepath.Join(r.dir), gateEnv{
-			natsURL: strings.Join(urls, ","), redisURL: r.cfg.redisClusterURL, databaseURL: dbURL, rulesPath: rulesPath,
+			natsURL: strings.Join(urls, ","), redisURL: r.cfg.redisClusterURL, databaseURL: gateDB, rulesPath: rulesPath,
 			dataDir: filepath.Join(r.dir, fmt.Sprintf("gate-%d", i)),
 			extra:   append([]string{"GATE_REDIS_CLUSTER=true", "GATE_STREAM_REPLICAS=3"}, r.cfg.gateEnv...),
 		})
@@ -153,7 +165,7 @@ func (r *runner) scaleRound(ctx context.Context, cl *natsCluster, redisPIDs []in
 	meter := &cpuMeter{cpu: map[string]func() time.Duration{
 		"nats":     func() time.Duration { return sumCPU(cl.pids()) },
 		"redis":    func() time.Duration { return sumCPU(redisPIDs) },
-		"postgres": func() time.Duration { return procstat.CPUNamed("postgres") },
+		"postgres": func() time.Duration { return sumCPU(mon.backends(ctx)) },
 		"bench":    func() time.Duration { return procstat.CPU(os.Getpid()) },
 	}}
 	for i, g := range gates {

@@ -32,7 +32,7 @@ import (
 // check on gate.check. Messages go to a fixed pool of recipients under
 // three scenes with 10-second windows of one message: one deferring (60 %
 // of messages), one digesting (15 %) and one suppressing (25 %). Of the
-// deferring and digesting scenes' messages, 40 % repeat the (recipient,
+// deferring and digesting scenes' messages, 30 % repeat the (recipient,
 // scene) of one of the last few of their scene, an alert firing again,
 // which is held behind it: about 30 % of all messages are deferred. The
 // pool is sized so that a (recipient, deferring scene) receives half a
@@ -51,7 +51,7 @@ var soakScenes = []scene{
 
 // soakRepeatShare is the share of the holding scenes' messages that repeat
 // a recent (recipient, scene) of theirs.
-const soakRepeatShare = 0.4
+const soakRepeatShare = 0.3
 
 // soakCheckScene is the scene the checks ask about.
 const soakCheckScene = "soak.check"
@@ -360,7 +360,7 @@ func (l *soakLoad) envelope(i int) envelope {
 		}
 		x -= s.weight
 	}
-	if sc < 2 { // deferring and digesting: half repeat a recent pair of theirs
+	if sc < 2 { // deferring and digesting: some repeat a recent pair of theirs
 		ring := &l.recent[sc]
 		if len(ring.pairs) > 0 && l.rnd.Float64() < soakRepeatShare {
 			rcpt = ring.pairs[l.rnd.IntN(len(ring.pairs))]

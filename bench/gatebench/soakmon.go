@@ -55,24 +55,17 @@ func (m *soakMonitor) sample(ctx context.Context, s *soakMinute) error {
 	for name, pid := range m.pids {
 		s.rss[name] = rssOf(pid)
 	}
-	rows, err := m.conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, m.appName)
-	if err != nil {
-		return fmt.Errorf("postgres backends: %w", err)
-	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		return fmt.Errorf("postgres backends: %w", err)
-	}
+	pids := m.backends(ctx)
 	// A backend's RSS counts the shared buffers it has touched, which
 	// every backend shares: summed, only their private memory means
 	// anything.
 	for _, pid := range pids {
-		s.rss["postgres"] += privateRSSOf(int(pid))
+		s.rss["postgres"] += privateRSSOf(pid)
 	}
 	s.pgBackends = len(pids)
 	// Every table of the schema that is not a partition, with its
 	// partitions (pg_partition_tree lists nothing for a plain table).
-	rows, err = m.conn.Query(ctx, `
+	rows, err := m.conn.Query(ctx, `
 		SELECT c.relname,
 		       coalesce(sum(pg_total_relation_size(t.relid)), 0)::bigint,
 		       coalesce(sum(st.n_live_tup), 0)::bigint
@@ -97,6 +90,24 @@ func (m *soakMonitor) sample(ctx context.Context, s *soakMinute) error {
 		return fmt.Errorf("held rows: %w", err)
 	}
 	return nil
+}
+
+// backends are the process ids of the gate's PostgreSQL backends (none
+// when they cannot be read).
+func (m *soakMonitor) backends(ctx context.Context) []int {
+	rows, err := m.conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, m.appName)
+	if err != nil {
+		return nil
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil
+	}
+	out := make([]int, len(pids))
+	for i, p := range pids {
+		out[i] = int(p)
+	}
+	return out
 }
 
 // counters sums the gate's hourly counters over the run.
