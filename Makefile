@@ -3,6 +3,8 @@
 #   make test   starts the real services the tests need, then runs every test
 #   make bench  throughput against the machine's ceilings, and Go benchmarks
 #   make bench-check  latency of the check API
+#   make soak   the gate for 30 minutes at 1,000 requests/s: does anything grow?
+#   make bench-scale  gate CPU per message with 1, 2 and 3 gates on a NATS cluster
 #   make lint   go vet + staticcheck
 
 GO        ?= go
@@ -11,7 +13,7 @@ PKGS      := ./...
 # go test -race needs cgo; the gate binary itself is built without it.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-unit services bench bench-check bench-nacos lint fuzz clean
+.PHONY: all build run test test-unit services bench bench-check bench-scale soak bench-nacos lint fuzz clean
 
 all: build
 
@@ -88,6 +90,24 @@ bench-check: build
 	@$(call with_services,services.sh); \
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nats-server github.com/nats-io/nats-server/v2; \
 	$(GO) run ./bench/gatebench -check -gate-bin $(BIN) -nats-bin bin/nats-server
+
+# The soak (docs/benchmarks.md, "The soak"): the gate on nats-server, a
+# redis-server of its own and PostgreSQL for GATE_SOAK_DURATION (30m) at
+# GATE_SOAK_RATE (1000) requests/s, 30 % deferred, digests, 10 % checks,
+# 10-minute partitions dropped during the run; a table per minute, then a
+# verdict (exit 1 when it fails). GATE_SOAK_DURATION=6m is a smoke run.
+soak: build
+	@$(call with_services,services.sh); \
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nats-server github.com/nats-io/nats-server/v2; \
+	$(GO) run ./bench/gatebench -soak -gate-bin $(BIN) -nats-bin bin/nats-server
+
+# Gate CPU per message with 1, 2 and 3 gates on one consumer, against a
+# three-node JetStream cluster and the Redis Cluster (docs/scaling.md).
+# GATE_MAX_ACK_PENDING is passed to the gates.
+bench-scale: build
+	@$(call with_services,services.sh redis-cluster.sh); \
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nats-server github.com/nats-io/nats-server/v2; \
+	$(GO) run ./bench/gatebench -scale -n 60000 -gate-bin $(BIN) -nats-bin bin/nats-server
 
 lint:
 	$(GO) vet $(PKGS)

@@ -44,6 +44,12 @@
 // decided otherwise than the simulation: such figures mean nothing. It leaves nothing behind: its keys in the
 // shared Redis are deleted (never FLUSHALL), its Postgres schema dropped.
 //
+// Two more measures run instead of that one: -soak (make soak; soak.go)
+// runs the gate for a long time at a fixed rate and judges whether latency,
+// memory, tables or held rows grow, and -scale (make bench-scale; scale.go)
+// measures the gate's CPU per message with 1, 2 and 3 gates on a
+// three-node JetStream cluster and the Redis Cluster (docs/scaling.md).
+//
 // Being a command, it may import any package of the module and every
 // adapter; the packages it measures must not import it.
 package main

@@ -32,11 +32,17 @@ func (p phase) perMsg(component string) time.Duration {
 	return p.cpu.used[component] / time.Duration(p.n)
 }
 
+// fixedRates are the open-loop rates at which make bench also measures the
+// gate's latency, fixedN messages each per run (issue 27, item 7): the
+// summary's median over three runs is then 3 x 10,000 messages per rate.
+var fixedRates = [2]float64{1000, 4000}
+
 // gateResult is the gate's part of a run.
 type gateResult struct {
 	max, half phase
-	expected  outcomes // from the simulation
-	counted   outcomes // from the gate's hourly counters
+	fixed     [len(fixedRates)]phase // at fixedRates; empty when not measured
+	expected  outcomes               // from the simulation
+	counted   outcomes               // from the gate's hourly counters
 }
 
 // measure publishes msgs at pace (0: full speed) and waits until every
@@ -82,6 +88,7 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 // speed only.
 type gateWork struct {
 	warm, full, half messages
+	fixed            [len(fixedRates)]messages // published at fixedRates after half; empty: not measured
 	// deferred: the scenes that suppress defer instead (rulesDoc).
 	deferred bool
 }
@@ -103,7 +110,7 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 		return res, fmt.Errorf("write rules: %w", err)
 	}
 	sim := newSimulator(rs)
-	for _, m := range []messages{work.warm, work.full, work.half} {
+	for _, m := range append([]messages{work.warm, work.full, work.half}, work.fixed[:]...) {
 		if _, err := sim.decide(m.data, false); err != nil {
 			return res, err
 		}
@@ -181,6 +188,14 @@ func (r *runner) runGate(ctx context.Context, rs *gate.RuleSet, work gateWork) (
 		return res, err
 	}
 	res.half.stages = afterHalf.since(afterMax)
+	for i, msgs := range work.fixed {
+		if len(msgs.data) == 0 {
+			continue
+		}
+		if res.fixed[i], err = measure(ctx, r.pub, inSubject, watch, meter, msgs, fixedRates[i]); err != nil {
+			return res, fmt.Errorf("gate at %.0f msgs/s: %w", fixedRates[i], err)
+		}
+	}
 	if res.counted, err = countedOutcomes(ctx, dbURL); err != nil {
 		return res, err
 	}

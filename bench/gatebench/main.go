@@ -36,6 +36,7 @@ func main() {
 // environment variable as its default.
 type config struct {
 	n, runs, recipients, seedN, memPairs int
+	fixedN                               int // messages per fixed-rate phase (fixedRates); 0: none
 	batch, workers, maxAckPending        int
 	secondRate                           float64
 	redisURL, databaseURL                string
@@ -47,6 +48,16 @@ type config struct {
 	forward                              bool   // measure nats-server's cost of the forward instead (forward.go)
 	profile                              string // where the first run's gate writes a CPU profile (profile.go)
 	moreGateEnv                          string // -gate-env: more KEY=VALUE settings of the gate alone
+
+	soak          bool          // run the soak instead (soak.go)
+	soakDuration  time.Duration // GATE_SOAK_DURATION
+	soakRate      float64       // GATE_SOAK_RATE: requests per second, a tenth of them checks
+	soakRetention time.Duration // GATE_SOAK_RETENTION: the gate's ledger and audit retention in the soak
+	redisBin      string        // the soak's own redis-server
+
+	scale           bool    // measure 1, 2 and 3 gates on a NATS cluster instead (scale.go)
+	scaleRate       float64 // -scale-rate: the publishing rate of the scale measure; 0: full speed
+	redisClusterURL string  // GATE_TEST_REDIS_CLUSTER_URL
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
@@ -76,6 +87,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.IntVar(&c.n, "n", envInt("GATE_BENCH_N", 200_000), "messages at full speed (GATE_BENCH_N); half as many follow at half the rate")
 	fs.IntVar(&c.runs, "runs", envInt("GATE_BENCH_RUNS", 3), "runs; the summary gives each figure's median (GATE_BENCH_RUNS)")
 	fs.IntVar(&c.recipients, "recipients", envInt("GATE_BENCH_RECIPIENTS", 0), "distinct recipients; 0 means n/2, at most 100,000, which holds back about 30 % (GATE_BENCH_RECIPIENTS)")
+	fs.IntVar(&c.fixedN, "fixed-n", envInt("GATE_BENCH_FIXED_N", 10_000), "messages per run at each fixed open-loop rate, 1,000 and 4,000 msgs/s, after the half-rate phase; 0 skips them (GATE_BENCH_FIXED_N)")
 	fs.IntVar(&c.seedN, "seed-n", envInt("GATE_BENCH_SEED_N", 10_000), "messages for the seed baseline (GATE_BENCH_SEED_N)")
 	fs.IntVar(&c.memPairs, "mem-pairs", envInt("GATE_BENCH_MEM_PAIRS", 100_000), "(recipient, scene) pairs for the memory figure (GATE_BENCH_MEM_PAIRS)")
 	fs.IntVar(&c.batch, "batch", envInt("GATE_BATCH", defaultBatch), "the gate's batch size (GATE_BATCH), also used by the ceilings")
@@ -92,6 +104,21 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.moreGateEnv, "gate-env", env("GATE_BENCH_GATE_ENV", ""), "more settings of the gate process alone, comma-separated KEY=VALUE (GOGC=200,GATE_BATCH=128), to compare two settings run after run (GATE_BENCH_GATE_ENV)")
 	fs.BoolVar(&c.forward, "forward", false, "measure nats-server's CPU per forwarded message instead: GATE_OUT's writes with and without de-duplication, PubAcks and atomic batches, and the duplicate window's memory (needs only -nats-bin)")
 	fs.BoolVar(&c.check, "check", false, "measure the latency of POST /v1/check and gate.check instead, at 1,000 checks/s and at the highest rate sustained (make bench-check)")
+	envDuration := func(key string, def time.Duration) time.Duration {
+		d, err := time.ParseDuration(env(key, ""))
+		if err != nil {
+			return def
+		}
+		return d
+	}
+	fs.BoolVar(&c.soak, "soak", false, "run the soak instead (make soak): the gate at a fixed rate for GATE_SOAK_DURATION, per-minute latency, RSS and table sizes, and a verdict")
+	fs.DurationVar(&c.soakDuration, "soak-duration", envDuration("GATE_SOAK_DURATION", 30*time.Minute), "how long the soak runs, in whole minutes (GATE_SOAK_DURATION); the verdict's windows scale with it")
+	fs.Float64Var(&c.soakRate, "soak-rate", envFloat("GATE_SOAK_RATE", 1000), "the soak's requests per second, one in ten a check (GATE_SOAK_RATE)")
+	fs.DurationVar(&c.soakRetention, "soak-retention", envDuration("GATE_SOAK_RETENTION", 10*time.Minute), "the gate's GATE_LEDGER_RETENTION and GATE_AUDIT_RETENTION in the soak (GATE_SOAK_RETENTION); with 10-minute partitions, 10m drops the first one at about minute 20")
+	fs.StringVar(&c.redisBin, "redis-bin", env("GATE_BENCH_REDIS_BIN", "redis-server"), "the redis-server binary the soak runs a server of its own with (GATE_BENCH_REDIS_BIN)")
+	fs.BoolVar(&c.scale, "scale", false, "measure the gate's CPU per message with 1, 2 and 3 gates on a three-node JetStream cluster (GATE_STREAM_REPLICAS=3) and the Redis Cluster instead (docs/scaling.md); -n messages per measure, -runs rounds")
+	fs.Float64Var(&c.scaleRate, "scale-rate", envFloat("GATE_BENCH_SCALE_RATE", 0), "the scale measure's publishing rate in msgs/s; 0 is full speed (GATE_BENCH_SCALE_RATE)")
+	fs.StringVar(&c.redisClusterURL, "redis-cluster-url", env("GATE_BENCH_REDIS_CLUSTER_URL", env("GATE_TEST_REDIS_CLUSTER_URL", "")), "the Redis Cluster of the scale measure (GATE_TEST_REDIS_CLUSTER_URL, as scripts/redis-cluster.sh prints it)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -102,7 +129,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	if c.databaseURL == "" && !c.forward {
 		problems = append(problems, "set GATE_BENCH_DATABASE_URL or GATE_TEST_DATABASE_URL (make bench does)")
 	}
-	if c.n < 1000 || c.runs < 1 || c.recipients < 1 || c.seedN < 1 || c.memPairs < 1 || c.batch < 1 || c.workers < 1 {
+	if c.n < 1000 || c.runs < 1 || c.recipients < 1 || c.seedN < 1 || c.fixedN < 0 || c.memPairs < 1 || c.batch < 1 || c.workers < 1 {
 		problems = append(problems, "n must be at least 1000, and runs, recipients, seed-n, mem-pairs, batch and workers at least 1")
 	}
 	for _, bin := range []string{c.gateBin, c.natsBin} {
@@ -150,6 +177,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if c.check {
 		return runCheckBench(ctx, c, stdout, stderr)
+	}
+	if c.soak {
+		return runSoak(ctx, c, stdout, stderr)
+	}
+	if c.scale {
+		return runScale(ctx, c, stdout, stderr)
 	}
 	if c.forward {
 		return runForwardBench(ctx, c, stdout, stderr)
@@ -298,6 +331,11 @@ func (r *runner) run(ctx context.Context) (res runResult, err error) {
 	}
 	w := newWorkload(r.seed, r.tag, r.cfg.recipients)
 	work := gateWork{warm: w.batchOf(max(min(r.cfg.n/20, 5000), 1)), full: w.batchOf(r.cfg.n), half: w.batchOf(max(r.cfg.n/2, 1))}
+	if r.cfg.fixedN > 0 {
+		for i := range work.fixed {
+			work.fixed[i] = w.batchOf(r.cfg.fixedN)
+		}
+	}
 
 	r.logf("run %s: the gate", r.tag)
 	if res.gate, err = r.runGate(ctx, rs, work); err != nil {

@@ -41,13 +41,15 @@ const (
 	rowAudit
 	rowSeed
 	rowDefer
+	rowAt1k // open-loop at fixedRates[0]
+	rowAt4k // open-loop at fixedRates[1]
 	nRows
 )
 
 var rowNames = [nRows]string{
 	"gate, full speed", "gate, half rate", "ceiling: jetstream consume+ack",
 	"ceiling: redis script, pipelined", "ceiling: audit commit", "seed baseline",
-	"gate, full speed, deferring",
+	"gate, full speed, deferring", "gate, 1,000/s open loop", "gate, 4,000/s open loop",
 }
 
 // figures are the numbers of one run, or the medians of several.
@@ -91,12 +93,13 @@ func (r runResult) figures() figures {
 			phaseRow(rowNames[rowJetStream], r.ceil.jetstream, true), phaseRow(rowNames[rowRedis], r.ceil.redis, false),
 			phaseRow(rowNames[rowAudit], r.ceil.audit, false), phaseRow(rowNames[rowSeed], r.seed.phase, false),
 			phaseRow(rowNames[rowDefer], r.deferred.max, true),
+			phaseRow(rowNames[rowAt1k], g.fixed[0], true), phaseRow(rowNames[rowAt4k], g.fixed[1], true),
 		},
 		ceilingRatio: g.max.rate / smallest, baselineRatio: g.max.rate / r.seed.rate, jetstreamRatio: g.max.rate / r.ceil.jetstream.rate,
 		bytesPerPair: r.memory.perPair, sampleUsage: float64(r.memory.sampleUsage),
 		heldShare: g.counted.heldShare(), smallestName: name,
 		countsAgree: g.counted == g.expected && r.deferred.counted == r.deferred.expected,
-		naks:        g.max.naks + g.half.naks + r.deferred.max.naks,
+		naks:        g.max.naks + g.half.naks + g.fixed[0].naks + g.fixed[1].naks + r.deferred.max.naks,
 		deferRatio:  r.deferred.max.rate / g.max.rate, deferredShare: r.deferred.counted.heldShare(),
 		seedAgrees: r.seed.counted == r.seed.expected, repeats: g.max.repeats + g.half.repeats,
 		seconds: r.duration.Seconds(),
@@ -138,6 +141,9 @@ func printTable(w io.Writer, f figures) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "\tmsgs/s\tp50 ms\tp99 ms\t| CPU µs/msg:\t%s\t\n", strings.Join(components, "\t"))
 	for _, r := range f.rows {
+		if r.rate == 0 && r.name != rowNames[rowGate] {
+			continue // a phase not measured (the fixed rates with -fixed-n 0)
+		}
 		lat := "\t"
 		if r.p99 > 0 {
 			lat = fmt.Sprintf("%.1f\t%.1f", r.p50, r.p99)
@@ -152,8 +158,52 @@ func printTable(w io.Writer, f figures) {
 	printStages(w, f.stages[0], f.stages[1])
 	fmt.Fprintf(w, "CPU per message, every process: gate %.1f µs at full speed, seed %.1f µs; gate / jetstream ceiling: %.2f\n",
 		f.cpuPerMsg, f.seedCPUPerMsg, f.jetstreamRatio)
+	printTargets(w, f)
 	fmt.Fprintf(w, "gate / smallest ceiling (%s): %.2f; gate / seed: %.1f; held back %.1f %%; Redis bytes per (recipient, scene): %.0f (MEMORY USAGE of one key: %.0f); others' load: %.0f %% of the machine\n",
 		f.smallestName, f.ceilingRatio, f.baselineRatio, 100*f.heldShare, f.bytesPerPair, f.sampleUsage, 100*f.otherShare)
+}
+
+// The targets of issue 27, item 7: p99 at most 4 ms at both fixed rates,
+// and the gate at full speed at least half the JetStream ceiling.
+const (
+	targetFixedP99Ms     = 4.0
+	targetJetStreamRatio = 0.5
+)
+
+// printTargets says how the figures stand against the targets, and, when
+// the ratio is missed, how to see where the CPU goes.
+func printTargets(w io.Writer, f figures) {
+	met := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	g := f.rows[rowGate]
+	fmt.Fprintf(w, "full speed: %.0f msgs/s, %.2f of the jetstream ceiling (target ≥ %.1f: %s) at %.1f µs of CPU per message over every process",
+		g.rate, f.jetstreamRatio, targetJetStreamRatio, met(f.jetstreamRatio >= targetJetStreamRatio), f.cpuPerMsg)
+	if js := f.rows[rowJetStream]; js.rate > 0 {
+		// At the ceiling's rate, the machine's cores allow this much CPU per message.
+		fmt.Fprintf(w, " (the ratio %.1f would allow about %.0f µs at this ceiling)", targetJetStreamRatio, 1e6*float64(numCPU())/(targetJetStreamRatio*js.rate))
+	}
+	parts := make([]string, 0, len(components))
+	for _, c := range components {
+		if c != "other" {
+			parts = append(parts, fmt.Sprintf("%s %.1f", c, g.cpu[c]))
+		}
+	}
+	fmt.Fprintf(w, "; per process µs: %s\n", strings.Join(parts, ", "))
+	if f.jetstreamRatio < targetJetStreamRatio && g.rate > 0 {
+		fmt.Fprintf(w, "the ratio is under its target: -profile /tmp/gate.prof (GATE_BENCH_PROFILE) writes the gate's CPU profile at full speed; go tool pprof -top bin/gate /tmp/gate.prof.*\n")
+	}
+	for i, rate := range fixedRates {
+		r := f.rows[rowAt1k+i]
+		if r.rate == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "at a fixed %.0f msgs/s (open loop): p50 %.2f ms, p99 %.2f ms (target p99 ≤ %.0f ms: %s); %.1f µs of CPU per message over every process\n",
+			rate, r.p50, r.p99, targetFixedP99Ms, met(r.p99 <= targetFixedP99Ms), r.cpuTotal())
+	}
 }
 
 // median returns the median of the values pick takes from each run.
@@ -234,10 +284,12 @@ func benchLine(m figures, runs, n int, headers bool) string {
 	return fmt.Sprintf("BENCH gate_msgs_per_s=%.0f ceiling_ratio=%.2f baseline_ratio=%.1f p99_ms_half_load=%.2f redis_bytes_per_recipient_scene=%.0f"+
 		" cpu_us_per_msg=%.1f jetstream_ratio=%.2f defer_rate_ratio=%.2f deferred_share=%.2f"+
 		" p50_ms_half_load=%.2f p50_ms_max=%.1f p99_ms_max=%.1f jetstream_ceiling=%.0f redis_ceiling=%.0f audit_ceiling=%.0f seed_msgs_per_s=%.0f seed_cpu_us_per_msg=%.1f"+
+		" p50_ms_1k=%.2f p99_ms_1k=%.2f p50_ms_4k=%.2f p99_ms_4k=%.2f"+
 		" smallest_ceiling=%s counts_agree=%t seed_agrees=%t naks=%d runs=%d n=%d headers=%t",
 		g.rate, m.ceilingRatio, m.baselineRatio, h.p99, m.bytesPerPair,
 		m.cpuPerMsg, m.jetstreamRatio, m.deferRatio, m.deferredShare,
 		h.p50, g.p50, g.p99, m.rows[rowJetStream].rate, m.rows[rowRedis].rate, m.rows[rowAudit].rate, m.rows[rowSeed].rate, m.seedCPUPerMsg,
+		m.rows[rowAt1k].p50, m.rows[rowAt1k].p99, m.rows[rowAt4k].p50, m.rows[rowAt4k].p99,
 		m.smallestName, m.countsAgree, m.seedAgrees, m.naks, runs, n, headers)
 }
 

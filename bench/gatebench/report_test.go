@@ -119,3 +119,41 @@ func TestVerdict(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+// The fixed-rate phases (1,000 and 4,000 msgs/s) give their own rows, and
+// the BENCH line their p50 and p99: each the median of the runs' own.
+func TestFixedRateFigures(t *testing.T) {
+	run := func(p99At1k, p99At4k time.Duration) runResult {
+		var r runResult
+		r.gate.max = phaseOf(1000, 20_000, map[string]int{"gate": 10})
+		r.ceil.jetstream = phaseOf(1000, 50_000, nil)
+		r.seed = seedResult{phase: phaseOf(100, 2000, nil)}
+		r.gate.fixed[0] = phaseOf(10_000, 1000, map[string]int{"gate": 40, "nats": 30})
+		r.gate.fixed[0].p50, r.gate.fixed[0].p99 = time.Millisecond, p99At1k
+		r.gate.fixed[1] = phaseOf(10_000, 4000, map[string]int{"gate": 20})
+		r.gate.fixed[1].p50, r.gate.fixed[1].p99 = 2*time.Millisecond, p99At4k
+		return r
+	}
+	results := []runResult{run(3*time.Millisecond, 9*time.Millisecond), run(7*time.Millisecond, 5*time.Millisecond), run(5*time.Millisecond, 4*time.Millisecond)}
+	fs := make([]figures, len(results))
+	for i, r := range results {
+		fs[i] = r.figures()
+	}
+	m := medians(fs)
+	if got := m.rows[rowAt1k].cpuTotal(); got != 70 {
+		t.Errorf("CPU per message at 1,000/s: %v µs, want 70", got)
+	}
+	got := benchFields(t, benchLine(m, len(fs), 1000, false))
+	for k, v := range map[string]string{"p50_ms_1k": "1.00", "p99_ms_1k": "5.00", "p50_ms_4k": "2.00", "p99_ms_4k": "5.00"} {
+		if got[k] != v {
+			t.Errorf("%s=%q, want %q", k, got[k], v)
+		}
+	}
+	var out strings.Builder
+	printTargets(&out, m)
+	for _, want := range []string{"at a fixed 1000 msgs/s (open loop): p50 1.00 ms, p99 5.00 ms (target p99 ≤ 4 ms: NOT met)", "0.40 of the jetstream ceiling (target ≥ 0.5: NOT met)", "-profile"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("targets: no %q in\n%s", want, out.String())
+		}
+	}
+}
