@@ -46,6 +46,7 @@ type config struct {
 	headers                              bool   // publish with the header fast path's headers
 	check                                bool   // measure the check API instead (check.go)
 	forward                              bool   // measure nats-server's cost of the forward instead (forward.go)
+	gates                                bool   // only the two gates at full speed: suppressing, then deferring
 	profile                              string // where the first run's gate writes a CPU profile (profile.go)
 	moreGateEnv                          string // -gate-env: more KEY=VALUE settings of the gate alone
 
@@ -103,6 +104,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.profile, "profile", env("GATE_BENCH_PROFILE", ""), "write CPU profiles of the first run's gate at full speed, one per second, to FILE.1, FILE.2, ...: go tool pprof -top bin/gate FILE.* (GATE_BENCH_PROFILE)")
 	fs.StringVar(&c.moreGateEnv, "gate-env", env("GATE_BENCH_GATE_ENV", ""), "more settings of the gate process alone, comma-separated KEY=VALUE (GOGC=200,GATE_BATCH=128), to compare two settings run after run (GATE_BENCH_GATE_ENV)")
 	fs.BoolVar(&c.forward, "forward", false, "measure nats-server's CPU per forwarded message instead: GATE_OUT's writes with and without de-duplication, PubAcks and atomic batches, and the duplicate window's memory (needs only -nats-bin)")
+	fs.BoolVar(&c.gates, "gates", getenv("GATE_BENCH_GATES") == "1", "run only the two gates at full speed, suppressing then deferring (no half rate, ceilings, seed or memory), to compare the deferring row of two gate binaries quickly; the other figures read 0 (GATE_BENCH_GATES=1)")
 	fs.BoolVar(&c.check, "check", false, "measure the latency of POST /v1/check and gate.check instead, at 1,000 checks/s and at the highest rate sustained (make bench-check)")
 	envDuration := func(key string, def time.Duration) time.Duration {
 		d, err := time.ParseDuration(env(key, ""))
@@ -337,6 +339,10 @@ func (r *runner) run(ctx context.Context) (res runResult, err error) {
 		}
 	}
 
+	deferN := r.cfg.n + len(work.half.data)
+	if r.cfg.gates {
+		work.half = messages{}
+	}
 	r.logf("run %s: the gate", r.tag)
 	if res.gate, err = r.runGate(ctx, rs, work); err != nil {
 		return res, err
@@ -350,9 +356,13 @@ func (r *runner) run(ctx context.Context) (res runResult, err error) {
 	// the ~30 % the other gate holds back over the whole run.
 	wd := newWorkload(r.seed, r.tag+"d", r.cfg.recipients)
 	deferWork := gateWork{warm: wd.batchOf(len(work.warm.data)), deferred: true}
-	deferWork.full = wd.batchOf(r.cfg.n + len(work.half.data))
+	deferWork.full = wd.batchOf(deferN)
 	if res.deferred, err = r.runGate(ctx, rs, deferWork); err != nil {
 		return res, fmt.Errorf("deferring gate: %w", err)
+	}
+	if r.cfg.gates {
+		res.duration = time.Since(began)
+		return res, nil
 	}
 	r.logf("run %s: ceilings", r.tag)
 	if res.ceil.jetstream, err = r.jetstreamCeiling(ctx, work.full); err != nil {

@@ -128,6 +128,7 @@ func printRun(w io.Writer, n int, r runResult) {
 	fmt.Fprintf(w, "deferring gate: forward %d, deferred %d, drop %d (simulation: %d, %d, %d); %.0f %% deferred; rate %.2f of the suppressing gate's\n",
 		d.counted.forward, d.counted.suppress, d.counted.drop, d.expected.forward, d.expected.suppress, d.expected.drop,
 		100*f.deferredShare, f.deferRatio)
+	printDeferStages(w, d.max.stages)
 	s := r.seed
 	agree = "agree"
 	if !f.seedAgrees {

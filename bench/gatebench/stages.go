@@ -15,7 +15,7 @@ import (
 
 // calls names the gate's calls to its dependencies, as gate_store_call_seconds
 // labels them ("store op"), in the order they are printed.
-var calls = []string{"window admit", "audit commit", "nats forward", "audit decided"}
+var calls = []string{"window admit", "audit commit", "nats forward", "audit decided", "audit waiting"}
 
 // histo is one cumulative Prometheus histogram.
 type histo struct {
@@ -131,6 +131,21 @@ func printStages(w io.Writer, full, half stageStats) {
 			}
 		}
 		parts = append(parts, fmt.Sprintf(" %s %.1f / %.1f | %.1f / %.1f", c, full[c+" mean"], full[c+" p99"], half[c+" mean"], half[c+" p99"]))
+	}
+	fmt.Fprintln(w, strings.Join(parts, ";"))
+}
+
+// printDeferStages prints where the deferring gate's batches spend their
+// time at full speed, its Waiting lookup among them.
+func printDeferStages(w io.Writer, st stageStats) {
+	if len(st) == 0 {
+		return
+	}
+	parts := []string{fmt.Sprintf("the deferring gate's batches: mean size %.0f; per call, mean / p99 ms:", st["batch"])}
+	for _, c := range calls {
+		if _, ok := st[c+" mean"]; ok {
+			parts = append(parts, fmt.Sprintf(" %s %.1f / %.1f", c, st[c+" mean"], st[c+" p99"]))
+		}
 	}
 	fmt.Fprintln(w, strings.Join(parts, ";"))
 }

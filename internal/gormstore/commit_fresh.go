@@ -15,9 +15,9 @@ import (
 // ledger, which is what nearly every batch is: the pipeline looks a
 // redelivered message up before deciding it, so a key the ledger holds
 // reaches Commit only when another gate or a check claimed it meanwhile.
-// Its INSERTs have no ON CONFLICT: a key (or an audit row's message id)
-// the ledger holds already fails the whole statement with a unique
-// violation, which rolls it back, and commitOnPostgres runs commitPostgres
+// Its INSERTs have no ON CONFLICT: a key (or an audit row's message id, or
+// a held message at the same place) the ledger holds already fails the
+// whole statement with a unique violation, which rolls it back, and commitOnPostgres runs commitPostgres
 // instead. Nothing then joins the keys claimed, and the batch's counters
 // arrive summed per (scene, hour). An ON CONFLICT clause has PostgreSQL look
 // each row up in the unique index before inserting it (speculative
@@ -50,8 +50,7 @@ func freshStatement(p *paramSeq) string {
 ), ` + queueRows(first) + `, kept AS (
 	INSERT INTO held (` + heldColumns + `)
 	SELECT ` + heldColumns + ` FROM holds, queues_locked
-	ORDER BY message_id
-	ON CONFLICT (message_id) DO NOTHING
+	ORDER BY recipient COLLATE "C", queue COLLATE "C", seq, message_id COLLATE "C"
 )
 INSERT INTO scene_counters (scene, hour, ` + eachCounter("%s", ", ") + `)
 SELECT scene, hour, ` + eachCounter("%s", ", ") + `

@@ -81,8 +81,8 @@ func commitStatement(p *paramSeq) string {
 		WHERE a.message_id = holds.message_id AND convert_to(a.payload, 'UTF8') = holds.payload)
 		THEN ''::bytea ELSE holds.payload END
 	FROM holds, queues_locked
-	ORDER BY message_id
-	ON CONFLICT (message_id) DO NOTHING
+	ORDER BY recipient COLLATE "C", queue COLLATE "C", seq, message_id COLLATE "C"
+	ON CONFLICT ` + heldKeyColumns + ` DO NOTHING
 ), counted AS (
 	INSERT INTO scene_counters (scene, hour, ` + eachCounter("%s", ", ") + `)
 	SELECT scene, hour, ` + eachCounter("sum(%s)", ", ") + `

@@ -18,7 +18,7 @@ import (
 )
 
 // Held messages live in two tables. held has one row per message, keyed by
-// its id, read by (recipient, queue, seq). held_queues has one row per queue
+// (recipient, queue, seq, message_id), the order it is read in. held_queues has one row per queue
 // that holds messages, with the due time and sequence of its oldest one: it
 // is what Waiting reads, what the releaser picks due queues from, and, on
 // PostgreSQL, the lock that makes a queue one gate's at a time. Commit
@@ -124,6 +124,12 @@ func (s *Store) upsertQueues(tx *gorm.DB, heads []queueHead) error {
 	return nil
 }
 
+// heldKeyColumns are held's primary key (migration 0012): every read of
+// held is a queue's messages in order, and every change names messages
+// Settle has read. message_id ends it so that two messages never collide,
+// even if a stream sequence comes back.
+const heldKeyColumns = `(recipient, queue, seq, message_id)`
+
 // heldColumns are the columns of held in the order Settle reads them and
 // Commit writes them; heldNoPayload all but the last, payload.
 const (
@@ -153,7 +159,8 @@ const sharedPayloadsBack = `UPDATE held h SET payload = convert_to(s.payload, 'U
 	WHERE s.message_id = h.message_id AND length(h.payload) = 0 AND s.payload IS NOT NULL AND s.decided_at < $1`
 
 // insertHeld writes the held messages of recs (records new to the ledger),
-// after the rows of their queues. A message id held already keeps its row.
+// after the rows of their queues. A message held already at the same place
+// (queue, sequence and id) keeps its row.
 func (s *Store) insertHeld(tx *gorm.DB, recs []gate.Record) error {
 	var held []gate.Held
 	for _, r := range recs {
@@ -167,7 +174,9 @@ func (s *Store) insertHeld(tx *gorm.DB, recs []gate.Record) error {
 	if err := s.upsertQueues(tx, queueHeads(held)); err != nil {
 		return err
 	}
-	slices.SortFunc(held, func(a, b gate.Held) int { return strings.Compare(a.MessageID, b.MessageID) })
+	slices.SortFunc(held, func(a, b gate.Held) int {
+		return cmp.Or(compareQueues(a.Queue, b.Queue), cmpUint(a.Seq, b.Seq), strings.Compare(a.MessageID, b.MessageID))
+	})
 	for chunk := range slices.Chunk(held, chunkRows) {
 		args := make([]any, 0, 14*len(chunk))
 		for _, h := range chunk {
@@ -176,7 +185,7 @@ func (s *Store) insertHeld(tx *gorm.DB, recs []gate.Record) error {
 				s.dbTimeOrNull(h.Expires), string(h.Fallback), h.Reason, h.Payload)
 		}
 		err := tx.Exec(multiRow(`INSERT INTO held (`+heldColumns+`)`, 14, len(chunk))+
-			` ON CONFLICT (message_id) DO NOTHING`, args...).Error
+			` ON CONFLICT `+heldKeyColumns+` DO NOTHING`, args...).Error
 		if err != nil {
 			return fmt.Errorf("insert held messages: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -15,14 +16,38 @@ import (
 // round writes a few statements however many messages it settles: the
 // releaser settles a round at one time, so most groups hold many messages.
 type settlePlan struct {
-	deleted []string                 // leave held: released, fell back, digested
-	audits  map[auditUpdate][]string // audit rows marked settled
-	dues    map[int64][]string       // rescheduled: new due time (µs) -> ids
-	moves   map[moveTo][]string      // moved to a digest queue
+	deleted []heldKey                // leave held: released, fell back, digested
+	audits  map[auditUpdate][]string // audit rows marked settled, by message id
+	dues    map[int64][]heldKey      // rescheduled: new due time (µs) -> messages
+	moves   map[moveTo][]heldKey     // moved to a digest queue
 	moved   []gate.Held              // the moved messages, in their new queues
 	sums    hourSums                 // Released and FellBack
 	settled int                      // all but the rescheduled
 }
+
+// heldKey is a held message's primary key: its queue, sequence and id.
+type heldKey struct {
+	queue gate.Queue
+	seq   int64
+	id    string
+}
+
+func keyOf(h gate.Held) heldKey {
+	return heldKey{queue: h.Queue, seq: int64(h.Seq), id: h.MessageID}
+}
+
+// keyList is "(?, ?, ?, ?), …" for keys, and its arguments: the row values
+// of held's primary key, which both databases look up in it.
+func keyList(keys []heldKey) (string, []any) {
+	args := make([]any, 0, 4*len(keys))
+	for _, k := range keys {
+		args = append(args, k.queue.Recipient, k.queue.Name, k.seq, k.id)
+	}
+	return strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", len(keys)), ", "), args
+}
+
+// heldWhere selects the held messages of keys by primary key.
+const heldWhere = ` WHERE (recipient, queue, seq, message_id) IN (`
 
 // auditUpdate is one change of suppression rows: settled as kind at at (µs),
 // with its fallback or digest.
@@ -48,7 +73,7 @@ func planSettlements(due [][]gate.Held, out []gate.Settlement, now time.Time) (s
 			handed[h.MessageID] = h
 		}
 	}
-	p := settlePlan{audits: map[auditUpdate][]string{}, dues: map[int64][]string{}, moves: map[moveTo][]string{}}
+	p := settlePlan{audits: map[auditUpdate][]string{}, dues: map[int64][]heldKey{}, moves: map[moveTo][]heldKey{}}
 	seen := make(map[string]bool, len(out))
 	for i, st := range out {
 		h, ok := handed[st.MessageID]
@@ -82,7 +107,7 @@ func planSettlements(due [][]gate.Held, out []gate.Settlement, now time.Time) (s
 				}
 				u.digestID = st.DigestID
 			}
-			p.deleted = append(p.deleted, st.MessageID)
+			p.deleted = append(p.deleted, keyOf(h))
 			p.audits[u] = append(p.audits[u], st.MessageID)
 			p.settled++
 		case gate.SettleReschedule:
@@ -90,7 +115,7 @@ func planSettlements(due [][]gate.Held, out []gate.Settlement, now time.Time) (s
 				return settlePlan{}, fmt.Errorf("settlement %d (%s): rescheduled to no time", i, st.MessageID)
 			}
 			k := st.DueAt.UnixMicro()
-			p.dues[k] = append(p.dues[k], st.MessageID)
+			p.dues[k] = append(p.dues[k], keyOf(h))
 		case gate.SettleMoved:
 			if st.Queue.Recipient == "" || st.Queue.Name == "" {
 				return settlePlan{}, fmt.Errorf("settlement %d (%s): moved to no queue", i, st.MessageID)
@@ -100,7 +125,7 @@ func planSettlements(due [][]gate.Held, out []gate.Settlement, now time.Time) (s
 				dueAt = at
 			}
 			k := moveTo{st.Queue, dueAt.UnixMicro()}
-			p.moves[k] = append(p.moves[k], st.MessageID)
+			p.moves[k] = append(p.moves[k], keyOf(h))
 			h.Queue, h.DueAt = st.Queue, dueAt
 			p.moved = append(p.moved, h)
 			// defer_fallback digest is a fallback: the message left the
@@ -120,7 +145,8 @@ func planSettlements(due [][]gate.Held, out []gate.Settlement, now time.Time) (s
 // to the caller, to be written after every queue row.
 func (s *Store) applySettlements(tx *gorm.DB, p settlePlan) error {
 	for chunk := range slices.Chunk(p.deleted, chunkRows) {
-		if err := tx.Exec(`DELETE FROM held WHERE message_id IN ?`, chunk).Error; err != nil {
+		list, args := keyList(chunk)
+		if err := tx.Exec(`DELETE FROM held`+heldWhere+list+`)`, args...).Error; err != nil {
 			return fmt.Errorf("delete settled messages: %w", err)
 		}
 	}
@@ -138,21 +164,27 @@ func (s *Store) applySettlements(tx *gorm.DB, p settlePlan) error {
 			}
 		}
 	}
-	for due, ids := range p.dues {
-		for chunk := range slices.Chunk(ids, chunkRows) {
-			if err := tx.Exec(`UPDATE held SET due_at = ? WHERE message_id IN ?`, s.dbTime(time.UnixMicro(due)), chunk).Error; err != nil {
+	for due, keys := range p.dues {
+		for chunk := range slices.Chunk(keys, chunkRows) {
+			list, args := keyList(chunk)
+			if err := tx.Exec(`UPDATE held SET due_at = ?`+heldWhere+list+`)`, append([]any{s.dbTime(time.UnixMicro(due))}, args...)...).Error; err != nil {
 				return fmt.Errorf("reschedule held messages: %w", err)
 			}
 		}
 	}
-	for m, ids := range p.moves {
-		for chunk := range slices.Chunk(ids, chunkRows) {
-			err := tx.Exec(`UPDATE held SET kind = ?, recipient = ?, queue = ?, due_at = ?, expires_at = NULL WHERE message_id IN ?`,
-				string(gate.HoldDigest), m.queue.Recipient, m.queue.Name, s.dbTime(time.UnixMicro(m.due)), chunk).Error
+	for m, keys := range p.moves {
+		for chunk := range slices.Chunk(keys, chunkRows) {
+			list, args := keyList(chunk)
+			err := tx.Exec(`UPDATE held SET kind = ?, recipient = ?, queue = ?, due_at = ?, expires_at = NULL`+heldWhere+list+`)`,
+				append([]any{string(gate.HoldDigest), m.queue.Recipient, m.queue.Name, s.dbTime(time.UnixMicro(m.due))}, args...)...).Error
 			if err != nil {
 				return fmt.Errorf("move held messages to %s: %w", m.queue.Name, err)
 			}
-			err = tx.Exec(`UPDATE suppressions SET fallback = ? WHERE message_id IN ?`, string(gate.ActionDigest), chunk).Error
+			ids := make([]string, len(chunk))
+			for i, k := range chunk {
+				ids[i] = k.id
+			}
+			err = tx.Exec(`UPDATE suppressions SET fallback = ? WHERE message_id IN ?`, string(gate.ActionDigest), ids).Error
 			if err != nil {
 				return fmt.Errorf("mark audit rows moved: %w", err)
 			}

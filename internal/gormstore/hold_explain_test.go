@@ -72,7 +72,7 @@ func TestPostgresExplainHold(t *testing.T) {
 	want := map[string]string{ // the first words of a statement -> the index it must use
 		"SELECT q.recipient, q.queue FROM unnest(":                 "held_queues_pkey",
 		"SELECT recipient, queue FROM held_queues WHERE due_at <=": "held_queues_due_idx",
-		"SELECT * FROM (SELECT message_id":                         "held_queue_seq_idx",
+		"SELECT * FROM (SELECT message_id":                         "held_pkey", // (recipient, queue, seq, message_id)
 	}
 	seen := map[string]bool{}
 	for _, st := range append(waitStmts, settleStmts...) {

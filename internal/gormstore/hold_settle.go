@@ -134,7 +134,7 @@ func (s *Store) lockDue(tx *gorm.DB, now time.Time, limit int) ([]gate.Queue, er
 }
 
 // heldQuery reads the oldest perQueue messages of each of queues: one
-// branch per queue, each a range of held_queue_seq_idx.
+// branch per queue, each a range of held's primary key.
 func (s *Store) heldQuery(queues []gate.Queue, perQueue int) (string, []any) {
 	columns := s.dialect.heldRead
 	branches := make([]string, len(queues))
