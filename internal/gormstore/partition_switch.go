@@ -105,6 +105,11 @@ func (s *Store) switchTable(ctx context.Context, t partTable, now time.Time) err
 	if err := s.sqlDB.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %s LIMIT %d) x`, t.name, smallTable)).Scan(&n); err != nil {
 		return err
 	}
+	if n == 0 {
+		// Nothing to keep, and nobody can write into it unseen: the ATTACH
+		// below scans it under its lock. The range partitions start now.
+		boundary = floorTo(now, span)
+	}
 	check := t.name + "_switch_range"
 	if n >= smallTable {
 		for _, ix := range t.indexes {
