@@ -147,7 +147,7 @@ func settings(c *config) []setting {
 			d, err := gate.ParseDuration(v)
 			return d, err == nil && d >= 0
 		})},
-		{"partition-width", "GATE_PARTITION_WIDTH", durationText(gormstore.DefaultPartitionWidth), "PostgreSQL only: the time each partition of the audit rows covers (the ledger's and check answers' are a quarter of GATE_LEDGER_RETENTION, rounded up to it); from 10m to 24h, dividing a day evenly (10m, 15m, 30m, 1h, 6h, 24h, ...)", false, parsed(&c.PartitionWidth, "a duration from 10m to 24h that divides a day evenly, such as 10m, 1h or 24h", func(v string) (time.Duration, bool) {
+		{"partition-width", "GATE_PARTITION_WIDTH", durationText(gormstore.DefaultPartitionWidth), "PostgreSQL only: the time each partition of the audit rows covers (the ledger and check answers are cut every GATE_LEDGER_RETENTION, rounded up to it); from 10m to 24h, dividing a day evenly (10m, 15m, 30m, 1h, 6h, 24h, ...)", false, parsed(&c.PartitionWidth, "a duration from 10m to 24h that divides a day evenly, such as 10m, 1h or 24h", func(v string) (time.Duration, bool) {
 			d, err := time.ParseDuration(v)
 			return d, err == nil && gormstore.CheckPartitionWidth(d) == nil
 		})},

@@ -22,9 +22,10 @@ import (
 // The audit rows are cut every partition width (Options.PartitionWidth).
 // The ledger and the check answers are looked up by id on every message, with
 // no time to bound the lookup by: each of their partitions costs every lookup
-// one index probe. They are cut in spans of a quarter of the ledger's
-// retention (rounded up to the width), so a lookup reads at most five or six
-// indexes however long the retention and however fine the width.
+// one index probe. They are cut in spans of the ledger's retention (rounded
+// up to the width), so a lookup reads two indexes that hold rows (this
+// span's and the last) however long the retention and however fine the
+// width; a key is kept between one and two retentions.
 
 // Partition widths: the default, and the finest accepted.
 const (
@@ -94,7 +95,7 @@ func (s *Store) span(t partTable) time.Duration {
 	if !t.ledger {
 		return s.width
 	}
-	n := (s.retention + 4*s.width - 1) / (4 * s.width)
+	n := (s.retention + s.width - 1) / s.width
 	return max(1, n) * s.width
 }
 
@@ -180,8 +181,8 @@ func madeElsewhere(err error) bool {
 }
 
 // ensurePartitions makes the partitions of every table that cover now and
-// what the gate will write until the next prune (at least three partitions
-// ahead), plus the default partition. A range that overlaps an existing
+// what the gate will write until the next prune but one (at least three
+// partition widths ahead), plus the default partition. A range that overlaps an existing
 // partition (the legacy one, or one cut by a gate with another width) is
 // skipped: its rows go to the partition that covers them, or the default.
 func (s *Store) ensurePartitions(ctx context.Context, now time.Time) error {
@@ -208,7 +209,7 @@ func (s *Store) ensureTable(ctx context.Context, t partTable, now time.Time) err
 			return err
 		}
 	}
-	until := now.Add(max(3*span, 2*s.pruneEvery))
+	until := now.Add(max(3*s.width, 2*s.pruneEvery))
 	for lo := floorTo(now, span); lo.Before(until); lo = lo.Add(span) {
 		hi := lo.Add(span)
 		if overlaps(parts, lo, hi) {
