@@ -3,6 +3,8 @@ package gormstore
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -187,8 +189,18 @@ func TestPrunePartitionsPostgres(t *testing.T) {
 // table: indexes built concurrently, CHECK validated, then the short
 // transaction) while a gate of the old layout inserts every 2 ms; no row is
 // lost, and the new store reads old and new rows alike.
+//
+// GATE_TEST_SWITCH_ROWS sets the ledger rows (20,000 by default) for a
+// one-off measurement of a large switch.
 func TestPartitionSwitchPostgres(t *testing.T) {
-	const rows = 20000
+	rows := 20000
+	if v := os.Getenv("GATE_TEST_SWITCH_ROWS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1000 {
+			t.Fatalf("GATE_TEST_SWITCH_ROWS=%q: want a whole number from 1000", v)
+		}
+		rows = n
+	}
 	url := testenv.PostgresSchemaURL(t)
 	old := MustOpen(t, Options{DatabaseURL: url, unpartitioned: true})
 	ctx := context.Background()
@@ -258,13 +270,13 @@ func TestPartitionSwitchPostgres(t *testing.T) {
 		}
 	}
 	w := written.Load()
-	if n := countRows(t, s, "decisions"); n != rows+w {
+	if n := countRows(t, s, "decisions"); n != int64(rows)+w {
 		t.Fatalf("%d ledger rows after the switch, want %d + %d written during it", n, rows, w)
 	}
-	if n := countRows(t, s, "suppressions"); n != rows/4+w {
+	if n := countRows(t, s, "suppressions"); n != int64(rows/4)+w {
 		t.Fatalf("%d audit rows after the switch, want %d + %d", n, rows/4, w)
 	}
-	if n := countRows(t, s, "check_answers"); n != rows/10 {
+	if n := countRows(t, s, "check_answers"); n != int64(rows/10) {
 		t.Fatalf("%d check answers after the switch, want %d", n, rows/10)
 	}
 	// Old rows are found by key; a new commit of an old key is a duplicate.
