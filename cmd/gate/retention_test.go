@@ -41,7 +41,7 @@ func TestAuditRetentionSetting(t *testing.T) {
 
 func TestPartitionSettings(t *testing.T) {
 	tests := []struct {
-		name, value string
+		name, value  string
 		width, every time.Duration
 		bad          string // part of the error
 	}{
