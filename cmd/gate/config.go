@@ -69,6 +69,8 @@ type config struct {
 	RedactPayload    bool
 	LedgerRetention  time.Duration
 	AuditRetention   time.Duration
+	PartitionWidth   time.Duration // GATE_PARTITION_WIDTH
+	PruneInterval    time.Duration // GATE_PRUNE_INTERVAL
 	ShutdownTimeout  time.Duration
 	ReleaseInterval  time.Duration
 	PreviewMax       int       // GATE_PREVIEW_MAX_DECISIONS
@@ -148,6 +150,14 @@ func settings(c *config) []setting {
 		{"audit-retention", "GATE_AUDIT_RETENTION", "90d", "how long suppression rows are kept, as a Go duration or days (90d); 0 keeps them forever", false, parsed(&c.AuditRetention, "a duration such as 2160h or days such as 90d", func(v string) (time.Duration, bool) {
 			d, err := gate.ParseDuration(v)
 			return d, err == nil && d >= 0
+		})},
+		{"partition-width", "GATE_PARTITION_WIDTH", durationText(gormstore.DefaultPartitionWidth), "PostgreSQL only: the time each partition of the audit rows covers (the ledger and check answers are cut every GATE_LEDGER_RETENTION, rounded up to it); from 10m to 24h, dividing a day evenly (10m, 15m, 30m, 1h, 6h, 24h, ...)", false, parsed(&c.PartitionWidth, "a duration from 10m to 24h that divides a day evenly, such as 10m, 1h or 24h", func(v string) (time.Duration, bool) {
+			d, err := time.ParseDuration(v)
+			return d, err == nil && gormstore.CheckPartitionWidth(d) == nil
+		})},
+		{"prune-interval", "GATE_PRUNE_INTERVAL", "1h", "how often retention runs (ledger, check answers, audit rows) and partitions are made ahead; from 1m", false, parsed(&c.PruneInterval, "a duration of at least 1m such as 5m or 1h", func(v string) (time.Duration, bool) {
+			d, err := time.ParseDuration(v)
+			return d, err == nil && d >= time.Minute
 		})},
 		{"shutdown-timeout", "GATE_SHUTDOWN_TIMEOUT", "10s", "longest graceful shutdown", false, dur(&c.ShutdownTimeout)},
 		{"release-interval", "GATE_RELEASE_INTERVAL", durationText(pipeline.DefaultReleaseInterval), "how often held messages (defer, digest, quiet hours) are checked for release", false, dur(&c.ReleaseInterval)},

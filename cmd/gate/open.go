@@ -64,6 +64,7 @@ func openAudit(ctx context.Context, c *config, log *slog.Logger, closers *closeS
 	opts := gormstore.Options{
 		DatabaseURL: c.DatabaseURL, SQLitePath: filepath.Join(c.DataDir, "gate.db"),
 		RedactPayload: c.RedactPayload, Logger: log, LedgerRetention: c.LedgerRetention,
+		PartitionWidth: c.PartitionWidth, PruneInterval: c.PruneInterval,
 	}
 	name := "sqlite " + opts.SQLitePath + " (GATE_DATABASE_URL unset)"
 	if c.DatabaseURL != "" {

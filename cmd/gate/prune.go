@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -17,11 +18,12 @@ import (
 // is evicted or written again.
 const tombstoneRetention = 24 * time.Hour
 
-// pruneLoop prunes, every hour, the decision ledger, the stored check
-// answers, the preference tombstones past tombstoneRetention and, when
-// auditRetention is set, the suppression rows older than it.
-func pruneLoop(ctx context.Context, audit *gormstore.Store, auditRetention time.Duration, log *slog.Logger) {
-	t := time.NewTicker(time.Hour)
+// pruneLoop prunes, every interval (GATE_PRUNE_INTERVAL), the decision
+// ledger, the stored check answers, the preference tombstones past
+// tombstoneRetention and, when auditRetention is set, the suppression rows
+// older than it. On PostgreSQL each prune also makes partitions ahead.
+func pruneLoop(ctx context.Context, audit *gormstore.Store, interval, auditRetention time.Duration, log *slog.Logger) {
+	t := time.NewTicker(cmp.Or(interval, time.Hour))
 	defer t.Stop()
 	for {
 		select {
@@ -29,20 +31,20 @@ func pruneLoop(ctx context.Context, audit *gormstore.Store, auditRetention time.
 			return
 		case <-t.C:
 			if _, err := audit.Prune(ctx, time.Now()); err != nil {
-				log.Warn("pruning the decision ledger failed; will try again in an hour", "err", err)
+				log.Warn("pruning the decision ledger failed; will try again at the next prune", "err", err)
 			}
 			if _, err := audit.PruneCheckAnswers(ctx, time.Now()); err != nil {
-				log.Warn("pruning the stored check answers failed; will try again in an hour", "err", err)
+				log.Warn("pruning the stored check answers failed; will try again at the next prune", "err", err)
 			}
 			if _, err := audit.PruneTombstones(ctx, time.Now().Add(-tombstoneRetention)); err != nil {
-				log.Warn("pruning preference tombstones failed; will try again in an hour", "err", err)
+				log.Warn("pruning preference tombstones failed; will try again at the next prune", "err", err)
 			}
 			if auditRetention <= 0 {
 				continue
 			}
 			n, err := audit.PruneSuppressions(ctx, time.Now().Add(-auditRetention))
 			if err != nil {
-				log.Warn("pruning old suppression rows failed; will try again in an hour", "deleted", n, "err", err)
+				log.Warn("pruning old suppression rows failed; will try again at the next prune", "deleted", n, "err", err)
 			} else if n > 0 {
 				log.Info("pruned suppression rows past GATE_AUDIT_RETENTION", "deleted", n, "retention", auditRetention)
 			}

@@ -227,7 +227,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		}
 	})
 	wg.Go(func() { bus.WatchStreams(consumeCtx, natsbus.DefaultStreamWatch) })
-	wg.Go(func() { pruneLoop(consumeCtx, audit, c.AuditRetention, log) })
+	wg.Go(func() { pruneLoop(consumeCtx, audit, c.PruneInterval, c.AuditRetention, log) })
 	wg.Go(func() { releaser.Run(consumeCtx) })
 	wg.Go(func() { prefs.Run(consumeCtx) })
 	wg.Go(func() {

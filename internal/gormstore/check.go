@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/antifatigue/gate/internal/gate"
 )
 
@@ -51,7 +53,8 @@ func (s *Store) Answers(ctx context.Context, ids []string) (map[string]gate.Stor
 	rows, err := s.db.WithContext(ctx).Raw(`SELECT q.k, a.answer, d.outcome, d.decided_at, d.scene, d.recipient
 FROM (`+q.String()+`) q
 LEFT JOIN check_answers a ON a.id = q.k
-LEFT JOIN decisions d ON d."key" = q.k`, args...).Rows()
+LEFT JOIN decisions d ON d."key" = q.k
+ORDER BY a.decided_at DESC`, args...).Rows()
 	if err != nil {
 		return nil, classify(op, err)
 	}
@@ -79,7 +82,7 @@ LEFT JOIN decisions d ON d."key" = q.k`, args...).Rows()
 				sa.Found = true
 			}
 		}
-		out[id] = sa
+		out[id] = sa // the oldest answer comes last, and stays
 	}
 	if err := rows.Err(); err != nil {
 		return nil, classify(op, err)
@@ -107,7 +110,16 @@ func (s *Store) SaveAll(ctx context.Context, answers map[string]gate.CheckAnswer
 	ids := slices.Sorted(maps.Keys(answers))
 	for part := range slices.Chunk(ids, saveRows) {
 		var q strings.Builder
-		q.WriteString("INSERT INTO check_answers (id, answer, decided_at) VALUES ")
+		row := "(?, ?, ?)"
+		if s.partitioned {
+			// No unique index holds an id across partitions: an id is
+			// written unless one is stored, and of two gates saving it at
+			// once Answers reads the older.
+			q.WriteString("INSERT INTO check_answers (id, answer, decided_at) SELECT * FROM (VALUES ")
+			row = "(CAST(? AS text), CAST(? AS text), CAST(? AS timestamptz))"
+		} else {
+			q.WriteString("INSERT INTO check_answers (id, answer, decided_at) VALUES ")
+		}
 		args := make([]any, 0, 3*len(part))
 		for i, id := range part {
 			a := answers[id]
@@ -122,11 +134,27 @@ func (s *Store) SaveAll(ctx context.Context, answers map[string]gate.CheckAnswer
 			if i > 0 {
 				q.WriteString(", ")
 			}
-			q.WriteString("(?, ?, ?)")
+			q.WriteString(row)
 			args = append(args, id, string(b), s.dbTime(at))
 		}
-		q.WriteString(" ON CONFLICT (id) DO NOTHING")
-		if err := s.db.WithContext(ctx).Exec(q.String(), args...).Error; err != nil {
+		if s.partitioned {
+			q.WriteString(") AS v(id, answer, decided_at) WHERE NOT EXISTS (SELECT 1 FROM check_answers a WHERE a.id = v.id)")
+		} else {
+			q.WriteString(" ON CONFLICT (id) DO NOTHING")
+		}
+		if !s.partitioned {
+			if err := s.db.WithContext(ctx).Exec(q.String(), args...).Error; err != nil {
+				return classify(op, err)
+			}
+			continue
+		}
+		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			if _, err := tx.Statement.ConnPool.ExecContext(ctx, answerLocks, part); err != nil {
+				return err
+			}
+			return tx.Exec(q.String(), args...).Error
+		})
+		if err != nil {
 			return classify(op, err)
 		}
 	}
@@ -138,6 +166,9 @@ func (s *Store) SaveAll(ctx context.Context, answers map[string]gate.CheckAnswer
 // an id asked again after that is a new check. It returns how many it
 // deleted. Errors wrap gate.ErrUnavailable.
 func (s *Store) PruneCheckAnswers(ctx context.Context, now time.Time) (int64, error) {
+	if s.partitioned {
+		return s.prunePartitions(ctx, checkAnswersTable, now.Add(-s.retention), pruneBatch, nil)
+	}
 	return s.deleteInBatches(ctx, "prune check answers", `DELETE FROM check_answers WHERE id IN
 	(SELECT id FROM check_answers WHERE decided_at < ? LIMIT ?)`,
 		pruneBatch, nil, s.dbTime(now.Add(-s.retention)))

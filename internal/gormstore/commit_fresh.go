@@ -11,24 +11,23 @@ import (
 	"github.com/antifatigue/gate/internal/gate"
 )
 
-// commitFresh is commitPostgres for a batch whose keys are all new to the
-// ledger, which is what nearly every batch is: the pipeline looks a
-// redelivered message up before deciding it, so a key the ledger holds
-// reaches Commit only when another gate or a check claimed it meanwhile.
-// Its INSERTs have no ON CONFLICT: a key (or an audit row's message id, or
-// a held message at the same place) the ledger holds already fails the
-// whole statement with a unique violation, which rolls it back, and commitOnPostgres runs commitPostgres
-// instead. Nothing then joins the keys claimed, and the batch's counters
+// commitFresh writes a batch whose keys are all new to the ledger:
+// commitOnPostgres has locked each key's hash and left out the keys some
+// partition of the ledger holds already, so no other gate can claim them
+// meanwhile, on either side of a partition boundary.
+// Its INSERTs have no ON CONFLICT: a unique violation could only come from
+// a bug, and fails the whole statement, which rolls it back and is retried
+// as any failed commit. Nothing then joins the keys claimed, and the batch's counters
 // arrive summed per (scene, hour). An ON CONFLICT clause has PostgreSQL look
 // each row up in the unique index before inserting it (speculative
 // insertion), and then confirm the row in the WAL: with the joins, that was
 // a quarter of the server's CPU per record (perf, BenchmarkCommit500).
 //
-// The ledger rows still go first, as in commitPostgres: the audit rows and
-// the queue rows wait on ledgered (a one-time filter, always true), and the
-// counter and held rows on the queue rows. So whichever statement each
-// runs, concurrent commits meet first on the ledger's keys, in key order,
-// and take queue rows before counter and held rows, as Settle does.
+// The ledger rows go first: the audit rows and the queue rows wait on
+// ledgered (a one-time filter, always true), and the counter and held rows
+// on the queue rows. So concurrent commits meet first on the keys' locks,
+// in hash order, and take queue rows before counter and held rows, as
+// Settle does.
 var commitFresh = freshStatement(new(paramSeq))
 
 // freshStatement is the text of commitFresh, its parameters numbered in the

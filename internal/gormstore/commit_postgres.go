@@ -3,6 +3,7 @@ package gormstore
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,31 +15,51 @@ import (
 )
 
 // On PostgreSQL a batch is one statement of constant text, whatever its
-// size: the rows travel as arrays and unnest() turns them back into rows.
-// The driver prepares the statement once per connection and PostgreSQL
-// plans it once, where a multi-row VALUES list of a new length (most batches
-// hold a new number of suppressions) had to be parsed and planned anew, with
-// thousands of parameters, every time. The claim, the audit rows, the held
-// messages and the counters are data-modifying CTEs of that one statement:
-// one round trip, in one implicit transaction, and what is written joins
-// the keys the claim returned, so only records new to the ledger are
-// written.
+// size (commitFresh): the rows travel as arrays and unnest() turns them back
+// into rows. The driver prepares the statement once per connection and
+// PostgreSQL plans it once, where a multi-row VALUES list of a new length
+// had to be parsed and planned anew, with thousands of parameters, every
+// time.
 //
-// PostgreSQL runs the CTEs in an order of its own, so the statement states
-// the one that matters: the held_queues rows (which Settle locks first) are
-// upserted before any counter row and any held row, because both of those
-// read queues_locked, a count of every queue row upserted. Counter and
-// queue rows are taken in byte order (COLLATE "C"), as Settle takes them,
-// whatever the database's collation.
+// The ledger is partitioned by time (partition.go), so no unique index can
+// hold a key across partitions. A claim is therefore, in one transaction:
+// take a transaction-scoped advisory lock on each key's hash, in hash order
+// (so two commits sharing keys never deadlock); read which keys the ledger
+// holds; write the rest. Two gates claiming one id wait for each other at
+// the lock, and the second reads the first's row, whichever partitions the
+// two decision times fall in (TestClaimAcrossPartitionBoundary).
 
-const decidedPostgres = `SELECT ` + priorColumns + ` FROM decisions WHERE "key" = ANY($1::text[])`
+// The lookups by key join the keys as rows (unnest) rather than test
+// "key" = ANY($1): for ANY over an array of constants PostgreSQL estimates
+// each element against each partition's statistics when it plans, which on
+// loaded partitions cost more than the lookup itself (5 ms for 500 keys).
+const decidedPostgres = `SELECT d."key", d.outcome, d.decided_at, d.scene, d.recipient
+	FROM unnest($1::text[]) AS k("key") JOIN decisions d ON d."key" = k."key"`
 
-var commitPostgres = commitStatement(new(paramSeq))
+// claimLocks takes the claim lock of every key of $1; answerLocks the
+// lock of every check id of $1 whose answer is saved. The hash includes the
+// schema, so schemas sharing a database (tests, tenants) never wait for
+// each other.
+var (
+	claimLocks  = locksOf("k")
+	answerLocks = locksOf("a")
+)
 
-// The columns that commitPostgres and commitFresh write to the ledger and
-// the audit, and the types of their parameters (the audit's and the held
-// messages' without the key commitPostgres joins on), in the order of
-// commitColumns.
+func locksOf(space string) string {
+	return `SELECT count(pg_advisory_xact_lock(h)) FROM (
+	SELECT DISTINCT hashtextextended(coalesce(current_schema(), '') || ':` + space + `:' || k, 27) AS h
+	FROM unnest($1::text[]) AS k ORDER BY h) AS x`
+}
+
+// auditedAt is which message ids of $1 have an audit row decided at one of
+// the times of $2: bounded by time, it reads the partitions of those times.
+const auditedAt = `SELECT message_id FROM suppressions WHERE message_id = ANY($1::text[]) AND decided_at = ANY($2::timestamptz[])`
+
+// claimedKeys is which keys of $1 the ledger holds.
+const claimedKeys = `SELECT d."key" FROM unnest($1::text[]) AS k("key") JOIN decisions d ON d."key" = k."key"`
+
+// The columns that commitFresh writes to the ledger and the audit, and the
+// types of their parameters, in the order of commitColumns.
 const (
 	claimColumns = `"key", outcome, decided_at, scene, recipient, priority, tz`
 	auditColumns = `message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
@@ -52,48 +73,6 @@ var (
 	heldTypes = []string{"text", "text", "text", "text", "text", "text", "text", "bigint",
 		"timestamptz", "timestamptz", "timestamptz", "text", "text", "bytea"}
 )
-
-// commitStatement is the text of the statement above, its parameters
-// numbered in the order commitOnPostgres passes them.
-func commitStatement(p *paramSeq) string {
-	return `WITH claimed AS (
-	INSERT INTO decisions (` + claimColumns + `)
-	SELECT * FROM unnest(` + p.arrays(claimTypes...) + `)
-	ON CONFLICT ("key") DO NOTHING
-	RETURNING "key"
-), audited AS (
-	INSERT INTO suppressions (` + auditColumns + `)
-	SELECT ` + auditColumns + `
-	FROM unnest(` + p.arrays(append([]string{"text"}, auditTypes...)...) + `)
-		AS s("key", ` + auditColumns + `)
-	WHERE "key" IN (SELECT "key" FROM claimed)
-	ORDER BY message_id
-	ON CONFLICT (message_id) DO NOTHING
-	RETURNING message_id, payload
-), holds AS (
-	SELECT ` + heldColumns + `
-	FROM unnest(` + p.arrays(append([]string{"text"}, heldTypes...)...) + `)
-		AS h("key", ` + heldColumns + `)
-	WHERE "key" IN (SELECT "key" FROM claimed)
-), ` + queueRows("") + `, kept AS (
-	INSERT INTO held (` + heldColumns + `)
-	SELECT ` + heldNoPayload + `, CASE WHEN EXISTS (SELECT 1 FROM audited a
-		WHERE a.message_id = holds.message_id AND convert_to(a.payload, 'UTF8') = holds.payload)
-		THEN ''::bytea ELSE holds.payload END
-	FROM holds, queues_locked
-	ORDER BY recipient COLLATE "C", queue COLLATE "C", seq, message_id COLLATE "C"
-	ON CONFLICT ` + heldKeyColumns + ` DO NOTHING
-), counted AS (
-	INSERT INTO scene_counters (scene, hour, ` + eachCounter("%s", ", ") + `)
-	SELECT scene, hour, ` + eachCounter("sum(%s)", ", ") + `
-	FROM unnest(` + p.arrays(append([]string{"text", "text", "timestamptz"}, slices.Repeat([]string{"integer"}, gate.NumCounters)...)...) + `)
-		AS c("key", scene, hour, ` + eachCounter("%s", ", ") + `), queues_locked
-	WHERE "key" IN (SELECT "key" FROM claimed)
-	GROUP BY scene, hour
-	ORDER BY scene COLLATE "C", hour` + addCounts + `
-)
-SELECT "key" FROM claimed`
-}
 
 // queueRows are the CTEs that upsert the rows of the queues in holds (a
 // CTE of held messages) in byte order, where (when not empty, a WHERE
@@ -141,33 +120,94 @@ func (s *Store) decidedOnPostgres(ctx context.Context, keys []string) (map[strin
 }
 
 // commitOnPostgres is Commit's transaction on PostgreSQL; recs are checked,
-// unique and sorted by key. It returns the keys it claimed. It first runs
-// commitFresh, which takes every key to be new to the ledger, and only when
-// that statement finds one that is not (a unique violation, which rolls it
-// back whole) runs commitPostgres, which claims what it can.
-func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[string]bool, error) {
+// unique and sorted by key. It returns the keys it claimed: it locks them,
+// leaves out those the ledger holds, and writes the others with commitFresh.
+func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (claimed map[string]bool, err error) {
 	n := len(recs)
-	cols := columnsOf(recs, s.redact)
-	_, err := s.sqlDB.ExecContext(ctx, commitFresh, cols.freshArgs()...)
-	if err == nil {
-		claimed := make(map[string]bool, n)
-		for _, r := range recs {
-			claimed[r.Key] = true
-		}
-		return claimed, nil
+	keys := make([]string, n)
+	for i, r := range recs {
+		keys[i] = r.Key
 	}
-	if !uniqueViolation(err) {
-		return nil, fmt.Errorf("claim, audit and count %d new records: %w", n, err)
-	}
-	rows, err := s.sqlDB.QueryContext(ctx, commitPostgres, cols.args(recs)...)
+	tx, err := s.sqlDB.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("claim, audit and count %d records: %w", n, err)
+		return nil, err
 	}
-	claimed := make(map[string]bool, n)
-	if err := scanKeys(rows, claimed); err != nil {
-		return nil, fmt.Errorf("claim, audit and count %d records: %w", n, err)
+	defer func() {
+		if err != nil {
+			tx.Rollback() //nolint:errcheck // the error that made us roll back matters
+		}
+	}()
+	if _, err := tx.ExecContext(ctx, claimLocks, keys); err != nil {
+		return nil, fmt.Errorf("lock %d keys: %w", n, err)
+	}
+	held := make(map[string]bool)
+	rows, err := tx.QueryContext(ctx, claimedKeys, pgx.QueryExecModeExec, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read %d keys: %w", n, err)
+	}
+	if err := scanKeys(rows, held); err != nil {
+		return nil, fmt.Errorf("read %d keys: %w", n, err)
+	}
+	if s.claimHook != nil {
+		s.claimHook()
+	}
+	fresh := recs
+	if len(held) > 0 {
+		fresh = slices.DeleteFunc(slices.Clone(recs), func(r gate.Record) bool { return held[r.Key] })
+	}
+	if fresh, err = s.auditedBefore(ctx, tx, fresh); err != nil {
+		return nil, err
+	}
+	claimed = make(map[string]bool, len(fresh))
+	if len(fresh) > 0 {
+		if _, err := tx.ExecContext(ctx, commitFresh, columnsOf(fresh, s.redact).freshArgs()...); err != nil {
+			return nil, fmt.Errorf("claim, audit and count %d records: %w", len(fresh), err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	for _, r := range fresh {
+		claimed[r.Key] = true
 	}
 	return claimed, nil
+}
+
+// auditedBefore returns recs without the audit rows that exist already: a
+// record whose message id differs from its key (so that the claim does not
+// cover it) and whose id has an audit row of the same decision time keeps
+// that row, and its held message keeps its own bytes. An id decided again at
+// another time, after the ledger forgot it, gets an audit row of its own.
+func (s *Store) auditedBefore(ctx context.Context, tx *sql.Tx, recs []gate.Record) ([]gate.Record, error) {
+	var ids []string
+	var ats []time.Time
+	for _, r := range recs {
+		if p := r.Suppression; p != nil && p.MessageID != "" && p.MessageID != r.Key {
+			ids = append(ids, p.MessageID)
+			ats = append(ats, cmp.Or(p.DecidedAt, r.At).UTC().Truncate(time.Microsecond))
+		}
+	}
+	if len(ids) == 0 {
+		return recs, nil
+	}
+	rows, err := tx.QueryContext(ctx, auditedAt, ids, ats)
+	if err != nil {
+		return nil, fmt.Errorf("read audit rows of %d ids: %w", len(ids), err)
+	}
+	found := make(map[string]bool)
+	if err := scanKeys(rows, found); err != nil {
+		return nil, fmt.Errorf("read audit rows of %d ids: %w", len(ids), err)
+	}
+	if len(found) == 0 {
+		return recs, nil
+	}
+	out := slices.Clone(recs)
+	for i, r := range out {
+		if p := r.Suppression; p != nil && p.MessageID != r.Key && found[p.MessageID] {
+			out[i].Suppression = nil
+		}
+	}
+	return out, nil
 }
 
 // commitColumns are a batch's records column by column, for unnest().
@@ -201,35 +241,6 @@ func columnsOf(recs []gate.Record, redact bool) *commitColumns {
 		}
 	}
 	return c
-}
-
-// args are the parameters of commitPostgres, whose counters come per
-// record of recs (the records c holds) with its hour, to be joined on the
-// keys claimed. Only the fallback from commitFresh needs them, so they are
-// built here rather than for every batch.
-func (c *commitColumns) args(recs []gate.Record) []any {
-	n := len(recs)
-	hours := make([]time.Time, n)
-	var counts [gate.NumCounters][]int32
-	for j := range counts {
-		counts[j] = make([]int32, n)
-	}
-	for i, r := range recs {
-		hours[i] = r.At.UTC().Truncate(time.Hour)
-		var one gate.SceneSummary
-		count(&one, r)
-		for j, v := range one.Counters() {
-			counts[j][i] = int32(*v)
-		}
-	}
-	args := []any{c.keys, c.outcomes, c.ats, c.scenes, c.recipients, c.priorities, c.zones}
-	args = append(args, c.sup.args()...)
-	args = append(args, c.held.args()...)
-	args = append(args, c.keys, c.scenes, hours)
-	for _, v := range counts {
-		args = append(args, v)
-	}
-	return args
 }
 
 // suppressionColumns holds audit rows column by column, for unnest().

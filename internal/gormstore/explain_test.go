@@ -92,7 +92,7 @@ func TestPostgresExplainReports(t *testing.T) {
 		plan := queryPlan(t, s, explain+stmt.sql, stmt.vars)
 		var used []string
 		for _, m := range scanRE.FindAllStringSubmatch(plan, -1) {
-			used = append(used, m[4])
+			used = append(used, parentIndex(t, s, m[4]))
 		}
 		t.Logf("%s: indexes %v, %s\n%s\n%s", tc.name, used, planTime(plan), stmt.sql, plan)
 		if !slices.ContainsFunc(strings.Split(tc.index, "|"), func(ix string) bool { return slices.Contains(used, ix) }) {
@@ -152,7 +152,11 @@ FROM generate_series(1, $2::int) AS i`,
 SELECT 'scene' || lpad(sc::text, 2, '0'), $1::timestamptz + h * interval '1 hour', 40, 30, 8, 2
 FROM generate_series(0, 90 * 24 - 1) AS h, generate_series(0, 19) AS sc
 ORDER BY h, sc`)
-		stmts = append(stmts, defs...)
+		for _, d := range defs {
+			// A partitioned table's index reads "ON ONLY": built so, it
+			// would cover no partition.
+			stmts = append(stmts, strings.Replace(d, " ON ONLY ", " ON ", 1))
+		}
 		for _, q := range stmts {
 			var args []any
 			if strings.Contains(q, "$1") {
@@ -275,4 +279,17 @@ func planTime(plan string) string {
 		return m
 	}
 	return "planned only"
+}
+
+// parentIndex is the index of the partitioned table that index, a
+// partition's, is a copy of (the name the test expects), or index itself.
+func parentIndex(t *testing.T, s *Store, index string) string {
+	t.Helper()
+	var parent string
+	err := s.sqlDB.QueryRowContext(context.Background(), `SELECT coalesce((SELECT p.relname FROM pg_inherits i
+	JOIN pg_class p ON p.oid = i.inhparent WHERE i.inhrelid = to_regclass($1)), $1)`, index).Scan(&parent)
+	if err != nil {
+		t.Fatalf("parent of index %s: %v", index, err)
+	}
+	return parent
 }

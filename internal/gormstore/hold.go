@@ -144,19 +144,23 @@ const (
 // copy doubled what a deferring gate's PostgreSQL kept and vacuumed
 // (gatebench). An audit row about to be pruned first gives its bytes back
 // (sharedPayloadsBack), so a message held longer than GATE_AUDIT_RETENTION
-// keeps them. (A message whose audit row existed before, for an id decided
+// keeps them. The audit row is looked up by id and decision time (the
+// held message's held_at): the time picks its one partition, where the id
+// alone would read an index of every partition. (A message whose audit row existed before, for an id decided
 // again after the ledger forgot it, keeps its own copy: the bytes differ.)
 // SQLite keeps a copy always: it is one process's store, where the cost
 // does not matter and the statement could not tell which rows it wrote.
 const heldPayloadPostgres = `CASE WHEN length(payload) > 0 THEN payload ELSE coalesce(
-	(SELECT convert_to(s.payload, 'UTF8') FROM suppressions s WHERE s.message_id = held.message_id), ''::bytea) END AS payload`
+	(SELECT convert_to(s.payload, 'UTF8') FROM suppressions s
+		WHERE s.message_id = held.message_id AND s.decided_at = held.held_at), ''::bytea) END AS payload`
 
 // sharedPayloadsBack copies, on PostgreSQL, the payload of every audit row
 // decided before cutoff into its held message, when the held message shares
 // it: PruneSuppressions is about to delete those rows.
 const sharedPayloadsBack = `UPDATE held h SET payload = convert_to(s.payload, 'UTF8')
 	FROM suppressions s
-	WHERE s.message_id = h.message_id AND length(h.payload) = 0 AND s.payload IS NOT NULL AND s.decided_at < $1`
+	WHERE s.message_id = h.message_id AND s.decided_at = h.held_at
+		AND length(h.payload) = 0 AND s.payload IS NOT NULL AND s.decided_at < $1`
 
 // insertHeld writes the held messages of recs (records new to the ledger),
 // after the rows of their queues. A message held already at the same place

@@ -23,6 +23,7 @@ type settlePlan struct {
 	moved   []gate.Held              // the moved messages, in their new queues
 	sums    hourSums                 // Released and FellBack
 	settled int                      // all but the rescheduled
+	heldAt  map[string]time.Time     // of audits and moves: when held, their audit rows' decided_at
 }
 
 // heldKey is a held message's primary key: its queue, sequence and id.
@@ -73,7 +74,8 @@ func planSettlements(due [][]gate.Held, out []gate.Settlement, now time.Time) (s
 			handed[h.MessageID] = h
 		}
 	}
-	p := settlePlan{audits: map[auditUpdate][]string{}, dues: map[int64][]heldKey{}, moves: map[moveTo][]heldKey{}}
+	p := settlePlan{audits: map[auditUpdate][]string{}, dues: map[int64][]heldKey{}, moves: map[moveTo][]heldKey{},
+		heldAt: map[string]time.Time{}}
 	seen := make(map[string]bool, len(out))
 	for i, st := range out {
 		h, ok := handed[st.MessageID]
@@ -109,6 +111,7 @@ func planSettlements(due [][]gate.Held, out []gate.Settlement, now time.Time) (s
 			}
 			p.deleted = append(p.deleted, keyOf(h))
 			p.audits[u] = append(p.audits[u], st.MessageID)
+			p.heldAt[st.MessageID] = h.HeldAt
 			p.settled++
 		case gate.SettleReschedule:
 			if st.DueAt.IsZero() {
@@ -126,6 +129,7 @@ func planSettlements(due [][]gate.Held, out []gate.Settlement, now time.Time) (s
 			}
 			k := moveTo{st.Queue, dueAt.UnixMicro()}
 			p.moves[k] = append(p.moves[k], keyOf(h))
+			p.heldAt[st.MessageID] = h.HeldAt
 			h.Queue, h.DueAt = st.Queue, dueAt
 			p.moved = append(p.moved, h)
 			// defer_fallback digest is a fallback: the message left the
@@ -159,7 +163,8 @@ func (s *Store) applySettlements(tx *gorm.DB, p settlePlan) error {
 			set, args = set+", digest_id = ?", append(args, u.digestID)
 		}
 		for chunk := range slices.Chunk(ids, chunkRows) {
-			if err := tx.Exec(`UPDATE suppressions SET `+set+` WHERE message_id IN ?`, append(args, chunk)...).Error; err != nil {
+			where, byID := s.auditRowsOf(p, chunk)
+			if err := tx.Exec(`UPDATE suppressions SET `+set+where, append(args, byID...)...).Error; err != nil {
 				return fmt.Errorf("mark audit rows %s: %w", u.kind, err)
 			}
 		}
@@ -184,7 +189,8 @@ func (s *Store) applySettlements(tx *gorm.DB, p settlePlan) error {
 			for i, k := range chunk {
 				ids[i] = k.id
 			}
-			err = tx.Exec(`UPDATE suppressions SET fallback = ? WHERE message_id IN ?`, string(gate.ActionDigest), ids).Error
+			where, byID := s.auditRowsOf(p, ids)
+			err = tx.Exec(`UPDATE suppressions SET fallback = ?`+where, append([]any{string(gate.ActionDigest)}, byID...)...).Error
 			if err != nil {
 				return fmt.Errorf("mark audit rows moved: %w", err)
 			}
@@ -194,4 +200,21 @@ func (s *Store) applySettlements(tx *gorm.DB, p settlePlan) error {
 		return s.upsertQueues(tx, queueHeads(p.moved))
 	}
 	return nil
+}
+
+// auditRowsOf is the WHERE clause, and its arguments, of the audit rows of
+// the held messages ids. On partitioned tables it names their decision
+// times too (the held messages' held_at), so that PostgreSQL reads the
+// partitions of those times only, not an index of every partition.
+func (s *Store) auditRowsOf(p settlePlan, ids []string) (string, []any) {
+	if !s.partitioned {
+		return ` WHERE message_id IN ?`, []any{ids}
+	}
+	ats := make([]time.Time, 0, len(ids))
+	for _, id := range ids {
+		ats = append(ats, p.heldAt[id])
+	}
+	slices.SortFunc(ats, time.Time.Compare)
+	ats = slices.Compact(ats)
+	return ` WHERE message_id IN ? AND decided_at IN ?`, []any{ids, ats}
 }

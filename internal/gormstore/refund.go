@@ -32,8 +32,14 @@ func (s *Store) Refunded(ctx context.Context, id string) (gate.Refund, bool, err
 // gate.ErrUnavailable.
 func (s *Store) ReleasedAt(ctx context.Context, id string) (time.Time, bool, error) {
 	var at scanTime
-	err := s.db.WithContext(ctx).Raw(`SELECT settled_at FROM suppressions WHERE message_id = ? AND settled = ?`,
-		id, string(gate.SettleReleased)).Row().Scan(&at)
+	q := `SELECT settled_at FROM suppressions WHERE message_id = ? AND settled = ?`
+	if s.partitioned {
+		// By id and decision time, which the ledger keeps: the time picks
+		// the audit row's one partition.
+		q = `SELECT s.settled_at FROM decisions d JOIN suppressions s ON s.message_id = d."key" AND s.decided_at = d.decided_at
+	WHERE d."key" = ? AND s.settled = ?`
+	}
+	err := s.db.WithContext(ctx).Raw(q, id, string(gate.SettleReleased)).Row().Scan(&at)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return time.Time{}, false, nil

@@ -1,6 +1,7 @@
 package gormstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/migrations"
 )
 
 // DefaultLedgerRetention is how long a decided key stays in the idempotency
@@ -37,6 +39,17 @@ type Options struct {
 	// DefaultLedgerRetention. A key pruned and then seen again is counted
 	// again.
 	LedgerRetention time.Duration
+	// PartitionWidth cuts the PostgreSQL tables' partitions (see
+	// partition.go); zero means DefaultPartitionWidth. CheckPartitionWidth
+	// says which widths are accepted. SQLite ignores it.
+	PartitionWidth time.Duration
+	// PruneInterval is how often the caller prunes, so that the partitions
+	// made ahead last until the next prune; zero means an hour.
+	PruneInterval time.Duration
+
+	// unpartitioned keeps the PostgreSQL tables as the migrations make
+	// them, as a gate before partitions did (tests of the switch).
+	unpartitioned bool
 }
 
 // Store is the audit store. It is safe for concurrent use.
@@ -47,6 +60,13 @@ type Store struct {
 	redact    bool
 	retention time.Duration
 	log       *slog.Logger
+	// width and pruneEvery are Options.PartitionWidth and PruneInterval.
+	width, pruneEvery time.Duration
+	// partitioned: the PostgreSQL tables are partitioned (partition.go).
+	partitioned bool
+	// claimHook, when set, runs in a PostgreSQL claim between its lookup
+	// and its insert (tests of the claim lock).
+	claimHook func()
 
 	// auditPruneRows and auditPrunePause, when set, replace
 	// PruneSuppressions' batch size and pause (tests make them small).
@@ -64,7 +84,8 @@ var (
 // error wrapping gate.ErrUnavailable; a bad option gives one wrapping
 // gate.ErrBadRequest.
 func Open(ctx context.Context, opts Options) (*Store, error) {
-	s := &Store{redact: opts.RedactPayload, retention: opts.LedgerRetention, log: opts.Logger}
+	s := &Store{redact: opts.RedactPayload, retention: opts.LedgerRetention, log: opts.Logger,
+		width: cmp.Or(opts.PartitionWidth, DefaultPartitionWidth), pruneEvery: cmp.Or(opts.PruneInterval, time.Hour)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -73,6 +94,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if s.retention < 0 {
 		return nil, fmt.Errorf("open audit store: %w: negative ledger retention %s", gate.ErrBadRequest, s.retention)
+	}
+	if err := CheckPartitionWidth(s.width); err != nil {
+		return nil, fmt.Errorf("open audit store: %w: %w", gate.ErrBadRequest, err)
+	}
+	if s.pruneEvery < 0 {
+		return nil, fmt.Errorf("open audit store: %w: negative prune interval %s", gate.ErrBadRequest, s.pruneEvery)
 	}
 	dialector, d, err := pickDialect(opts)
 	if err != nil {
@@ -104,6 +131,13 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err := s.start(ctx); err != nil {
 		s.sqlDB.Close()
 		return nil, fmt.Errorf("open audit store: %w", err)
+	}
+	if s.dialect.name == migrations.Postgres && !opts.unpartitioned {
+		if err := s.partitionUp(ctx, time.Now()); err != nil {
+			s.sqlDB.Close()
+			return nil, fmt.Errorf("open audit store: %w", err)
+		}
+		s.partitioned = true
 	}
 	return s, nil
 }

@@ -153,6 +153,9 @@ func (s *Store) PruneSuppressions(ctx context.Context, before time.Time) (int64,
 			return nil
 		}
 	}
+	if s.partitioned {
+		return s.prunePartitions(ctx, suppressionsTable, before, batch, wait)
+	}
 	return s.deleteInBatches(ctx, op, `DELETE FROM suppressions WHERE id IN
 	(SELECT id FROM suppressions WHERE decided_at < ? LIMIT ?)`, batch, wait, cutoff)
 }
