@@ -249,7 +249,8 @@ var oldSource string
 //	GATE_TEST_REDIS_URL=redis://127.0.0.1:6390/0 go test -run '^$' \
 //	  -bench AdmitWorkload -benchtime 40x -count 3 ./internal/redisstore/
 //
-// GATE_BENCH_BASE_SCRIPT naming a file (an earlier admit.lua of the one-key
+// GATE_BENCH_NEW_ONLY=1 runs the new arm alone, for CONFIG RESETSTAT and
+// INFO commandstats to profile its calls. GATE_BENCH_BASE_SCRIPT naming a file (an earlier admit.lua of the one-key
 // layout, say from git show) adds an arm, base, running it.
 func BenchmarkAdmitWorkload(b *testing.B) {
 	raw := newClient(b)
@@ -285,6 +286,10 @@ func BenchmarkAdmitWorkload(b *testing.B) {
 			b.Fatal(err)
 		}
 		arms = append(arms, &arm{name: "base", script: redis.NewScript(string(src)), source: string(src)})
+	}
+	if os.Getenv("GATE_BENCH_NEW_ONLY") != "" {
+		// One arm alone, so that INFO commandstats profiles its calls.
+		arms = arms[:1]
 	}
 	// fresh points an arm at new keys, deleting those of its previous run
 	// (outside the measured turns).
@@ -342,6 +347,9 @@ func BenchmarkAdmitWorkload(b *testing.B) {
 		}
 	}
 	b.ReportMetric(100*float64(arms[0].held)/float64(arms[0].n), "%held")
+	if len(arms) == 1 {
+		return
+	}
 	b.ReportMetric(per(arms[0])/per(arms[1]), "new/old")
 	b.StopTimer()
 	for _, a := range arms[:2] {

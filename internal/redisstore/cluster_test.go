@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/testing/storetest"
@@ -26,7 +27,13 @@ func newClusterClient(t *testing.T) *redis.ClusterClient {
 
 // TestConformanceOnCluster runs the window-store suite on a Redis Cluster of
 // three masters.
-func TestConformanceOnCluster(t *testing.T) {
+func TestConformanceOnCluster(t *testing.T) { clusterConformance(t, false) }
+
+// TestConformanceOnClusterLegacy runs it with LegacyKeys: the old keys share
+// the recipient's slot, so one script call reads and writes both layouts.
+func TestConformanceOnClusterLegacy(t *testing.T) { clusterConformance(t, true) }
+
+func clusterConformance(t *testing.T, legacy bool) {
 	storetest.Run(t, storetest.Harness{
 		Open: func(t *testing.T) storetest.Backend {
 			raw := newClusterClient(t)
@@ -40,8 +47,15 @@ func TestConformanceOnCluster(t *testing.T) {
 					raw.Del(context.Background(), k)
 				}
 			})
-			s := newStore(t, raw, prefix)
-			other := func(t *testing.T) gate.WindowStore { return newStore(t, newClusterClient(t), prefix) }
+			open := func(t *testing.T, c redis.UniversalClient) *Store {
+				s, err := New(c, Options{KeyPrefix: prefix, Timeout: time.Second, LegacyKeys: legacy})
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				return s
+			}
+			s := open(t, raw)
+			other := func(t *testing.T) gate.WindowStore { return open(t, newClusterClient(t)) }
 			// The nodes share this machine's clock, so backend's TIME may
 			// ask any of them.
 			return backend(s, raw, other)
