@@ -13,7 +13,7 @@ import (
 type memoryResult struct {
 	pairs       int
 	perPair     float64 // INFO used_memory growth per pair
-	sampleUsage int64   // MEMORY USAGE of one scene key
+	sampleUsage int64   // MEMORY USAGE of one recipient's key (of one scene)
 }
 
 // redisMemory fills the steady state of a scene {1h/1, 24h/3} at one message
@@ -66,7 +66,7 @@ func (r *runner) redisMemory(ctx context.Context) (memoryResult, error) {
 		return res, err
 	}
 	res.perPair = float64(after-before) / float64(res.pairs)
-	res.sampleUsage, err = r.redis.MemoryUsage(ctx, store.SceneKey(recipient, "alert.disk_full")).Result()
+	res.sampleUsage, err = r.redis.MemoryUsage(ctx, store.Key(recipient)).Result()
 	if err != nil {
 		return res, fmt.Errorf("memory usage: %w", err)
 	}

@@ -34,6 +34,7 @@ type config struct {
 	StreamReplicas   int
 	RedisURL         string
 	RedisCluster     bool
+	RedisLegacyKeys  bool
 	DatabaseURL      string
 	NacosAddr        string
 	NacosDataID      string
@@ -101,6 +102,7 @@ func settings(c *config) []setting {
 		{"embedded-nats-password", "GATE_EMBEDDED_NATS_PASSWORD", "", "password of the embedded NATS server's user gate, which reads gate.out and gate.dead (clients without credentials may only produce); empty: generated into $GATE_DATA_DIR/" + embeddedPasswordFile + " (prefer the variable to the flag)", true, str(&c.EmbeddedNATSPassword)},
 		{"redis-url", "GATE_REDIS_URL", "", "Redis URL (redis://host:6379/0); empty uses the in-process window store", false, str(&c.RedisURL)},
 		{"redis-cluster", "GATE_REDIS_CLUSTER", "false", "treat GATE_REDIS_URL as a Redis Cluster seed (redis://host:7000?addr=host:7001)", false, boolean(&c.RedisCluster)},
+		{"redis-legacy-keys", "GATE_REDIS_LEGACY_KEYS", "false", "during an upgrade from a gate that kept a Redis key per window: decide on both key layouts and write both, so old and new gates never over-admit together (docs/operating.md, \"Redis layout\")", false, boolean(&c.RedisLegacyKeys)},
 		{"database-url", "GATE_DATABASE_URL", "", "PostgreSQL URL for the audit store; empty uses SQLite at $GATE_DATA_DIR/gate.db", false, str(&c.DatabaseURL)},
 		{"nacos-addr", "GATE_NACOS_ADDR", "", "Nacos server host:port; empty reads rules from GATE_RULES", false, str(&c.NacosAddr)},
 		{"nacos-data-id", "GATE_NACOS_DATA_ID", nacosrules.DefaultDataID, "Nacos data id of the rule document", false, str(&c.NacosDataID)},

@@ -49,7 +49,7 @@ func openWindowStore(c *config, now func() time.Time, closers *closeStack) (gate
 		client = redis.NewClient(o)
 	}
 	closers.push("redis", client.Close)
-	s, err := redisstore.New(client, redisstore.Options{Timeout: c.StoreTimeout, Now: now})
+	s, err := redisstore.New(client, redisstore.Options{Timeout: c.StoreTimeout, Now: now, LegacyKeys: c.RedisLegacyKeys})
 	if err != nil {
 		return nil, "", err
 	}

@@ -289,16 +289,16 @@ func (w *windowReader) count(tos []string, scene string) map[string]int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pipe := w.c.Pipeline()
-	cmds := make([]*redis.IntCmd, len(tos))
+	cmds := make([]*redis.ZSliceCmd, len(tos))
 	for i, to := range tos {
-		cmds[i] = pipe.ZCard(ctx, w.keys.SceneKey(message{To: to}.recipient(), scene))
+		cmds[i] = pipe.ZRangeWithScores(ctx, w.keys.Key(message{To: to}.recipient()), 0, -1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		w.t.Fatalf("ZCARD of %d windows: %v", len(tos), err)
+		w.t.Fatalf("ZRANGE of %d recipients' keys: %v", len(tos), err)
 	}
 	out := make(map[string]int64, len(tos))
 	for i, to := range tos {
-		out[to] = cmds[i].Val()
+		out[to] = int64(redisstore.Entries(cmds[i].Val(), scene))
 	}
 	return out
 }

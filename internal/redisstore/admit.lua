@@ -1,69 +1,70 @@
 -- admit.lua decides a run of messages in order, each one atomic check-and-record on the
 -- server's clock (one TIME per call: the run shares its millisecond).
 --
+-- Every window, cap, rate-limit state and scene tag of a recipient lives in one sorted
+-- set, <prefix>:{<recipient>}. Its members, by their first byte:
+--   '#' .. scene           score: the scene's tag t (1, 2, ...), given by the first
+--                          admission of the scene to this key, never reused in it
+--   tag(t) .. hash(id)     score: admission ms; an entry of the scene window of tag t
+--   \128 .. hash(id)       score: admission ms; an entry of the recipient cap window
+--   'g' .. tag(t)          score: the TAT (ms) of scene t's rate limit; 'g' \128 the caps'
+--   'e'                    score: the key's expiry, in whole seconds, rounded down
+--   ('w' is kept for warning thresholds: see docs/architecture.md.)
+-- tag(t) is one byte 128 + t for t < 127, else 255 and two bytes of t: no tag is the
+-- prefix of another, so no two scenes' entries, or a scene's and the caps', can be
+-- taken for each other, whatever their names. The key is read whole, in one ZRANGE
+-- (ascending: the tags come first, their scores being small), and an admission writes
+-- one ZADD, plus a ZREM only when entries leave and an EXPIREAT only when the stored
+-- expiry does not already cover what the message needs.
+--
 -- ARGV starts with the call's limit sets: their number, then per set #limits, #caps and
--- its (window, max) pairs: limits, then caps. Then, per message in order, two to four
--- KEYS and its ARGV.
--- KEYS  scene window  <prefix>:{<recipient>}:s:<scene>  ZSET member=hash(id) score=ms
---       cap window    <prefix>:{<recipient>}:c          ZSET member=hash(id) score=ms
---       scene rate    <prefix>:{<recipient>}:g:<scene>  string: the GCRA's TAT (ms), only
---                     when the scene has a rate limit
---       cap rate      <prefix>:{<recipient>}:gc         the same, only when the caps have one
--- ARGV  member, flags, its limit set (1-based), then #periods triples (start_ms, end_ms,
---       end2_ms), then the emission interval (ms) of the scene's rate limit and of the
---       caps', each only when there is one
+-- its (window, max) pairs: limits, then caps. Then, per message in order, its KEYS and
+-- its ARGV:
+-- KEYS  the recipient's key; with legacy (flag 128) then the keys of the layout before
+--       it, which it decides on too and writes alike: scene window, cap window, and the
+--       scene's and caps' TAT keys, each only when there is that rate limit
+-- ARGV  member (hash(id)), flags, its limit set (1-based), '#' .. scene, then #periods
+--       triples (start_ms, end_ms, end2_ms), then the emission interval (ms) of the
+--       scene's rate limit and of the caps', each only when there is one
 -- The messages of a call share a few limit sets (one per scene, say), sent and parsed
 -- once: each argument costs Redis and Lua about 0.1 µs.
 -- flags is force (0|1) + 2 * #periods + 8 * (scene rate) + 16 * (cap rate) + 32 * (dry run)
--- + 64 * (want tightest):
--- a message with rolling limits only sends 0 or 1 and no triples, and costs what it did
--- before calendar and rate limits. A rolling limit's window is in ms; a calendar limit's
--- is -k, naming triple k: two consecutive calendar periods [start, end) and [end, end2)
--- that the gate computed from its own clock, since Lua knows no time zones. The script
--- counts in whichever holds its own now. A rate limit's window is 0 and its max the burst.
+-- + 64 * (want tightest) + 128 * (legacy).
+-- A rolling limit's window is in ms; a calendar limit's is -k, naming triple k: two
+-- consecutive calendar periods [start, end) and [end, end2) that the gate computed from
+-- its own clock, since Lua knows no time zones. The script counts in whichever holds its
+-- own now. A rate limit's window is 0 and its max the burst.
 --
 -- A rate limit is a GCRA: with interval T, burst B and TAT = max(stored TAT, now), a
 -- message is admitted when TAT - now <= (B - 1) * T, and its admission sets the TAT to
 -- TAT + T (never past now + B * T: a forced admission holds the limit shut for one
 -- interval at most). A rejected message reopens at TAT - (B - 1) * T; its count is the
--- slots in use, ceil((TAT - now) / T). The TAT key expires one second after the TAT.
+-- slots in use, ceil((TAT - now) / T).
 --
 -- Returns one reply per message: {now_ms, 1} admitted, or with want tightest {now_ms, 1,
--- scope, limit index, count}, naming the limit with the fewest slots left after it and its
--- count with this message ({now_ms, 1} still when nothing limits the message), {now_ms, 2} duplicate, {now_ms, 0, scope (1 scene,
--- 2 recipient), limit index (0-based), count, next_allowed_ms}, or {now_ms, 3} when now
--- lies in neither period of a triple: the clocks of Redis and the gate disagree by about a
--- period, and nothing of the message was counted. A dry run decides alike and writes
--- nothing.
+-- scope, limit index, count}, naming the limit with the fewest slots left after it and
+-- its count with this message ({now_ms, 1} still when nothing limits the message),
+-- {now_ms, 2} duplicate, {now_ms, 0, scope (1 scene, 2 recipient), limit index
+-- (0-based), count, next_allowed_ms}, or {now_ms, 3} when now lies in neither period of
+-- a triple: the clocks of Redis and the gate disagree by about a period, and nothing of
+-- the message was counted. A dry run decides alike and writes nothing.
 --
 -- On Redis Cluster a call holds one message (its keys share a slot); on one Redis it
 -- holds a run of them, which saves the per-call cost of EVALSHA and TIME.
 --
--- Cost: each redis.call is most of what a decision costs, so the script makes
--- few. It reads the newest READ members of each window in one call; a window
--- that small is seen whole, and every count, the duplicate check and the
--- time a window reopens come from that one read. Only a larger window falls
--- back to ZSCORE, ZCOUNT and ZREVRANGE, each O(log n). Members that have left
--- every window are not removed one call at a time: the trim to the newest K
--- (the largest max) pushes them out, or the key expires with them. They never
--- count, since counts and the duplicate check look only at scores inside the
--- windows and periods. A key lives one second past its longest window or the
--- end of its latest calendar period (a rate limit keeps its scene's ids for burst
--- intervals, to know them again). A rejected message writes nothing. A rate limit
--- costs one GET and, when admitted, one SET.
+-- Memory: a window keeps its newest K entries (K its largest max), those older than
+-- every window and period of the message leave when the scene is next admitted, and
+-- the key expires when every window, period and TAT it holds has passed, plus a
+-- margin: one second, or a sixteenth of the need up to an hour, which lets the
+-- admissions in that margin skip the EXPIREAT. Only admissions write; a rejection
+-- writes nothing.
 
-local READ = 16
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- Numbers go to redis.call as integer strings, formatted once: Lua would
 -- format each with %.14g, the costly floating-point path of printf.
 local nowstr = string.format('%d', now)
-local ttls = {}
-local function ttl(ms)
-  local s = ttls[ms]
-  if s == nil then s = string.format('%d', ms) ttls[ms] = s end
-  return s
-end
+local byte, char, sub = string.byte, string.char, string.sub
 -- num parses a number of ARGV. Requests of one scene repeat the same few
 -- (flags, limit set, periods), and Lua's tonumber calls strtod each time.
 local nums = {}
@@ -81,6 +82,29 @@ for k = 1, tonumber(ARGV[1]) do
   sets[k] = {ns, nc, #P + 1}
   for i = a + 2, a + 1 + 2 * (ns + nc) do P[#P + 1] = tonumber(ARGV[i]) end
   a = a + 2 + 2 * (ns + nc)
+end
+
+local CAP = char(128)
+-- tags[t] is tag(t), gtags[t] its TAT's member, each made once per call.
+local tags, gtags = {}, {}
+local function tag(t)
+  local s = tags[t]
+  if s == nil then
+    if t < 127 then s = char(128 + t) else s = char(255, math.floor(t / 256), t % 256) end
+    tags[t], gtags[t] = s, 'g' .. s
+  end
+  return s
+end
+-- Flags, split once per value: {force, #periods, scene rate, cap rate, dry, want, legacy}.
+local fl = {}
+local function flagsOf(f)
+  local v = fl[f]
+  if v == nil then
+    local function bit(b) return math.floor(f / b) % 2 == 1 end
+    v = {f % 2 == 1, math.floor(f / 2) % 4, bit(8), bit(16), bit(32), bit(64), bit(128)}
+    fl[f] = v
+  end
+  return v
 end
 
 -- span returns, over the n pairs from P[at], the earliest score any of them counts, how
@@ -118,117 +142,193 @@ local function periods(at, nb)
   return per
 end
 
--- window reads the newest members of key: {member, score, ...} newest first,
--- and whether that is all of them.
-local function window(key)
-  local got = redis.call('ZREVRANGE', key, 0, READ - 1, 'WITHSCORES')
-  -- Each score is read by every limit: parse it once.
-  for i = 2, #got, 2 do got[i] = tonumber(got[i]) end
-  return got, #got < 2 * READ
+-- merge adds the members of an old-layout window (key) to the window w (indices of got,
+-- whose scores are numbers), as the members they have in the recipient's key (pre ..
+-- hash), once: appended to got, w kept in ascending order of score. It returns the old
+-- window as read, ascending.
+local function merge(got, w, key, pre)
+  local old = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  if #old == 0 then return old end
+  local seen = {}
+  for i = 1, #w do seen[got[w[i]]] = true end
+  for i = 1, #old, 2 do
+    local m = pre .. old[i]
+    if not seen[m] then
+      got[#got + 1], got[#got + 2] = m, tonumber(old[i + 1])
+      w[#w + 1] = #got - 1
+    end
+  end
+  table.sort(w, function(x, y) return got[x + 1] < got[y + 1] end)
+  return old
+end
+
+-- legacyTAT reads an old-layout TAT key into rt.tat, keeping the later of the two.
+local function legacyTAT(rt)
+  local v = redis.call('GET', rt.old)
+  if v then rt.tat = math.max(rt.tat, tonumber(v)) end
+end
+
+-- The decision in hand: its limits' worst (the one that reopens last) and tight (fewest
+-- slots left after the message: left, scope, index, count with it).
+local worst, tight
+
+-- check checks the cnt limits from P[at] against the window w (indices of got, ascending
+-- by score), and rt, the rate limit among them.
+local function check(got, w, at, cnt, scope, rt, per, want)
+  local top = #w
+  for j = 0, cnt - 1 do
+    local win, m = P[at + 2 * j], P[at + 2 * j + 1]
+    local c, reopen
+    if win == 0 then
+      -- A rate limit: the slots in use are the intervals up to the TAT; it admits
+      -- while fewer than the burst are, and reopens with TAT (burst - 1) intervals away.
+      rt.burst = m
+      c = math.ceil((rt.tat - now) / rt.every)
+      reopen = rt.tat - (m - 1) * rt.every
+    else
+      -- A rolling limit counts the scores after now - win; a calendar limit those of
+      -- its period, and reopens when the period ends.
+      local from = now - win + 1
+      if win < 0 then from, reopen = per[-win][1], per[-win][2] end
+      c = 0
+      while c < top and got[w[top - c] + 1] >= from do c = c + 1 end
+      if c >= m and reopen == nil then
+        -- The window reopens when the m-th newest entry leaves it.
+        reopen = got[w[top - m + 1] + 1] + win
+      end
+    end
+    if want and (tight == nil or m - c - 1 < tight[1]) then
+      tight = {m - c - 1, scope, j, c + 1}
+    end
+    if c >= m and (worst == nil or reopen > worst[6]) then
+      worst = {now, 0, scope, j, c, reopen}
+    end
+  end
+end
+
+-- trim adds to gone the entries of w (indices of got) that leave it when new joins: all
+-- but the newest k - 1 others (new must stay: when several share its millisecond it must
+-- stay a duplicate), and those older than from, which no limit counts.
+local function trim(got, w, from, k, new, gone)
+  local kept = 1
+  for j = #w, 1, -1 do
+    local m = got[w[j]]
+    if m ~= new then
+      if kept < k and got[w[j] + 1] >= from then kept = kept + 1 else gone[#gone + 1] = m end
+    end
+  end
+end
+
+-- old writes an admission into an old-layout window as its own script did
+-- (testdata/admit_before.lua): was is the window as read, ascending.
+local function old(okey, id, was, k, keepms)
+  redis.call('ZADD', okey, nowstr, id)
+  local victims, kept = {}, 1
+  for j = #was - 1, 1, -2 do
+    if was[j] ~= id then
+      if kept < k then kept = kept + 1 else victims[#victims + 1] = was[j] end
+    end
+  end
+  if #victims > 0 then redis.call('ZREM', okey, unpack(victims)) end
+  redis.call('PEXPIRE', okey, string.format('%d', keepms + 1000))
 end
 
 -- decide decides the message whose KEYS start at ki and whose ARGV starts at a.
-local function decide(ki, a, flags)
-  local force = flags % 2 == 1
-  local nb = math.floor(flags / 2) % 4
-  local srate, crate = math.floor(flags / 8) % 2 == 1, math.floor(flags / 16) % 2 == 1
-  local dry = math.floor(flags / 32) % 2 == 1
-  local want = flags >= 64
-  local id = ARGV[a]
-  local set = sets[num(ARGV[a + 2])]
+local function decide(ki, a, f)
+  local force, nb, srate, crate, dry, want, legacy = f[1], f[2], f[3], f[4], f[5], f[6], f[7]
+  local id, set, def = ARGV[a], sets[num(ARGV[a + 2])], ARGV[a + 3]
   local ns, nc = set[1], set[2]
   if ns + nc == 0 then
     return {now, 1} -- nothing limits the message, so nothing is kept
   end
-  local skey, ckey = KEYS[ki], KEYS[ki + 1]
+  local key = KEYS[ki]
   local first, capfirst = set[3], set[3] + 2 * ns
   local per
   if nb > 0 then
-    per = periods(a + 3, nb)
+    per = periods(a + 4, nb)
     if per == nil then return {now, 3} end
   end
-  -- The rate limits' keys and intervals; their TATs are read once the id is known new.
   local srt, crt
-  local rk, ri = ki + 2, a + 3 + 3 * nb
-  if srate then srt, rk, ri = {key = KEYS[rk], every = num(ARGV[ri])}, rk + 1, ri + 1 end
-  if crate then crt = {key = KEYS[rk], every = num(ARGV[ri])} end
+  if srate or crate then
+    local ri = a + 4 + 3 * nb
+    if srate then srt, ri = {every = num(ARGV[ri])}, ri + 1 end
+    if crate then crt = {every = num(ARGV[ri])} end
+  end
+
+  -- Read the key whole. The tags come first: find this scene's, or the next free one.
+  local got = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local n, i, t, top = #got, 1, nil, 0
+  while i <= n and byte(got[i], 1) == 35 do
+    local v = tonumber(got[i + 1])
+    if got[i] == def then t = v end
+    if v > top then top = v end
+    i = i + 2
+  end
+  local newtag = t == nil
+  if newtag then t = top + 1 end
+  local stag = tag(t)
+  local sb, long = byte(stag, 1), t >= 127
+  -- S and C list the entries of this scene and of the caps, by their member's index in
+  -- got, whose score is made a number; then the TATs and the stored expiry.
+  local S, C, stored = {}, {}, 0
+  for j = i, n, 2 do
+    local b = byte(got[j], 1)
+    if b == sb and (not long or sub(got[j], 1, 3) == stag) then
+      S[#S + 1] = j
+      got[j + 1] = tonumber(got[j + 1])
+    elseif b == 128 then
+      C[#C + 1] = j
+      got[j + 1] = tonumber(got[j + 1])
+    elseif b == 103 then
+      local m = got[j]
+      if srt and m == gtags[t] then srt.stored = tonumber(got[j + 1]) end
+      if crt and m == 'g' .. CAP then crt.stored = tonumber(got[j + 1]) end
+    elseif b == 101 then
+      stored = tonumber(got[j + 1]) * 1000
+    end
+  end
+
+  -- The old layout's keys, in legacy mode.
+  local oldS, oldC
+  if legacy then
+    local ok = ki + 1
+    oldS, oldC = KEYS[ok], KEYS[ok + 1]
+    ok = ok + 2
+    if srt then srt.old, ok = KEYS[ok], ok + 1 end
+    if crt then crt.old = KEYS[ok] end
+  end
 
   -- A scene without limits still keeps its ids (for duplicates) as long as the caps need them.
   local sfrom, skeep, sk
   if ns > 0 then sfrom, skeep, sk = span(first, ns, per, srt) else sfrom, skeep, sk = span(capfirst, nc, per, crt) end
-  local sgot, swhole = window(skey)
-  local dup = nil
-  for i = 1, #sgot, 2 do
-    if sgot[i] == id then dup = sgot[i + 1] break end
-  end
-  if dup == nil and not swhole then dup = redis.call('ZSCORE', skey, id) end
-  if dup and tonumber(dup) >= sfrom then
-    return {now, 2}
+  local smember = stag .. id
+  local sold
+  if legacy then sold = merge(got, S, oldS, stag) end
+  for j = #S, 1, -1 do
+    local x = S[j]
+    if got[x + 1] < sfrom then break end
+    if got[x] == smember then return {now, 2} end
   end
 
-  if srt or crt then
-    for _, rt in ipairs({srt or false, crt or false}) do
-      if rt then
-        local v = redis.call('GET', rt.key)
-        rt.tat = now
-        if v then rt.tat = math.max(tonumber(v), now) end
-      end
-    end
+  if srt then
+    srt.tat = math.max(srt.stored or now, now)
+    if legacy then legacyTAT(srt) end
+  end
+  if crt then
+    crt.tat = math.max(crt.stored or now, now)
+    if legacy then legacyTAT(crt) end
   end
   -- The cap window is kept only for caps that count members (not a rate alone).
   local cwin = nc - (crate and 1 or 0) > 0
-  local ckeep, ck, cgot, cwhole = 0, 0, {}, true
+  local cfrom, ckeep, ck, cold
   if cwin then
-    local _
-    _, ckeep, ck = span(capfirst, nc, per, crt)
-    cgot, cwhole = window(ckey)
+    cfrom, ckeep, ck = span(capfirst, nc, per, crt)
+    if legacy then cold = merge(got, C, oldC, CAP) end
   end
 
-  -- Check every limit; keep the one that reopens last, and the one with the fewest
-  -- slots left after this message (tight: left, scope, index, count with it).
-  local worst, tight
-  local function check(key, got, whole, at, n, scope, rt)
-    for j = 0, n - 1 do
-      local w, m = P[at + 2 * j], P[at + 2 * j + 1]
-      local c, reopen
-      if w == 0 then
-        -- A rate limit: the slots in use are the intervals up to the TAT; it admits
-        -- while fewer than the burst are, and reopens with TAT (burst - 1) intervals away.
-        rt.burst = m
-        c = math.ceil((rt.tat - now) / rt.every)
-        reopen = rt.tat - (m - 1) * rt.every
-      else
-        -- A rolling limit counts the scores after now - w; a calendar limit those of
-        -- its period, and reopens when the period ends.
-        local from
-        from = now - w + 1
-        if w < 0 then from, reopen = per[-w][1], per[-w][2] end
-        c = 0
-        while 2 * c < #got and got[2 * c + 2] >= from do c = c + 1 end
-        if 2 * c == #got and not whole then
-          c = redis.call('ZCOUNT', key, from, '+inf')
-        end
-        if c >= m and reopen == nil then
-          -- The window reopens when the m-th newest member leaves it.
-          local at_m
-          if 2 * m <= #got then
-            at_m = got[2 * m]
-          else
-            at_m = redis.call('ZREVRANGE', key, m - 1, m - 1, 'WITHSCORES')[2]
-          end
-          reopen = tonumber(at_m) + w
-        end
-      end
-      if want and (tight == nil or m - c - 1 < tight[1]) then
-        tight = {m - c - 1, scope, j, c + 1}
-      end
-      if c >= m and (worst == nil or reopen > worst[6]) then
-        worst = {now, 0, scope, j, c, reopen}
-      end
-    end
-  end
-  check(skey, sgot, swhole, first, ns, 1, srt)
-  check(ckey, cgot, cwhole, capfirst, nc, 2, crt)
+  worst, tight = nil, nil
+  check(got, S, first, ns, 1, srt, per, want)
+  check(got, C, capfirst, nc, 2, crt, per, want)
   if worst and not force then
     return worst
   end
@@ -238,34 +338,43 @@ local function decide(ki, a, flags)
     return reply
   end
 
-  -- Record; the trim to the newest K bounds memory even under forced admissions.
-  -- The scene window evicts its oldest members, never the one just added: when
-  -- several share its millisecond, equal scores sort by member, a hash, and the
-  -- newest admission must stay a duplicate. (The cap window's members are only
-  -- counted, so any of equal score may go.)
-  local margin = 1000
-  local scard = #sgot / 2 + redis.call('ZADD', skey, nowstr, id)
-  if not swhole then
-    redis.call('ZREMRANGEBYRANK', skey, 0, -(sk + 1))
-  elseif scard > sk then
-    local victims = {}
-    for i = 2 * (sk - 1) + 1, #sgot, 2 do
-      if sgot[i] ~= id then victims[#victims + 1] = sgot[i] end
-    end
-    if #victims > 0 then redis.call('ZREM', skey, unpack(victims)) end
-  end
-  redis.call('PEXPIRE', skey, ttl(skeep + margin))
+  -- Record, in one ZADD; entries that leave a window go in one ZREM.
+  local add, gone = {'ZADD', key, nowstr, smember}, {}
+  trim(got, S, sfrom, sk, smember, gone)
+  local keep = skeep
   if cwin then
-    local ccard = #cgot / 2 + redis.call('ZADD', ckey, nowstr, id)
-    if ccard > ck or not cwhole then redis.call('ZREMRANGEBYRANK', ckey, 0, -(ck + 1)) end
-    redis.call('PEXPIRE', ckey, ttl(ckeep + margin))
+    local cmember = CAP .. id
+    add[5], add[6] = nowstr, cmember
+    trim(got, C, cfrom, ck, cmember, gone)
+    if ckeep > keep then keep = ckeep end
   end
-  if srt or crt then
+  if newtag then add[#add + 1], add[#add + 2] = t, def end
+  if srt then
+    srt.tat = math.min(srt.tat + srt.every, now + srt.burst * srt.every)
+    add[#add + 1], add[#add + 2] = string.format('%d', srt.tat), gtags[t]
+    keep = math.max(keep, srt.tat - now)
+  end
+  if crt then
+    crt.tat = math.min(crt.tat + crt.every, now + crt.burst * crt.every)
+    add[#add + 1], add[#add + 2] = string.format('%d', crt.tat), 'g' .. CAP
+    keep = math.max(keep, crt.tat - now)
+  end
+  -- The expiry grows only when the stored one falls short of what this message needs.
+  local exp
+  if stored < now + keep then
+    exp = now + keep + math.max(1000, math.min(math.floor(keep / 16), 3600000))
+    add[#add + 1], add[#add + 2] = string.format('%d', math.floor(exp / 1000)), 'e'
+  end
+  redis.call(unpack(add))
+  if #gone > 0 then redis.call('ZREM', key, unpack(gone)) end
+  if exp then redis.call('PEXPIREAT', key, string.format('%d', exp)) end
+
+  if legacy then
+    -- The old layout, written as its own script wrote it.
+    old(oldS, id, sold, sk, skeep)
+    if cwin then old(oldC, id, cold, ck, ckeep) end
     for _, rt in ipairs({srt or false, crt or false}) do
-      if rt then
-        local tat = math.min(rt.tat + rt.every, now + rt.burst * rt.every)
-        redis.call('SET', rt.key, tat, 'PX', tat - now + margin)
-      end
+      if rt then redis.call('SET', rt.old, string.format('%d', rt.tat), 'PX', string.format('%d', rt.tat - now + 1000)) end
     end
   end
   return reply
@@ -273,11 +382,11 @@ end
 
 local out, ki = {}, 1
 while ki <= #KEYS do
-  local flags = num(ARGV[a + 1])
-  local nb = math.floor(flags / 2) % 4
-  local nr = math.floor(flags / 8) % 2 + math.floor(flags / 16) % 2
-  out[#out + 1] = decide(ki, a, flags)
-  a = a + 3 + 3 * nb + nr
-  ki = ki + 2 + nr
+  local f = flagsOf(num(ARGV[a + 1]))
+  local nr = (f[3] and 1 or 0) + (f[4] and 1 or 0)
+  out[#out + 1] = decide(ki, a, f)
+  a = a + 4 + 3 * f[2] + nr
+  ki = ki + 1
+  if f[7] then ki = ki + 2 + nr end
 end
 return out

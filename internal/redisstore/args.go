@@ -34,9 +34,9 @@ func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) (calls []call,
 		_, nc := calendarsOf(&reqs[i])
 		rts[i] = ratesOf(&reqs[i])
 		nr := rts[i].n()
-		// At most: its own limit set, and its member, flags and set number.
-		nargs += 2 + 2*(len(reqs[i].Limits)+len(reqs[i].Caps)) + 3 + 3*nc + nr
-		nkeys += 2 + nr
+		// At most: its own limit set, and its member, flags, set number and scene.
+		nargs += 2 + 2*(len(reqs[i].Limits)+len(reqs[i].Caps)) + 4 + 3*nc + nr
+		nkeys += 3 + nr
 		clock = clock || nc > 0
 	}
 	if clock {
@@ -65,18 +65,25 @@ func (s *Store) buildCalls(reqs []gate.AdmitRequest, perCall int) (calls []call,
 		args[start] = len(firsts)
 		for i := lo; i < hi; i++ {
 			keys = s.appendKeys(keys, &reqs[i], rts[i])
-			args = appendArgs(args, &reqs[i], rts[i], set[i], now)
+			args = s.appendArgs(args, &reqs[i], rts[i], set[i], now)
 		}
 		calls = append(calls, call{lo: lo, hi: hi, keys: keys[kstart:len(keys):len(keys)], args: args[start:len(args):len(args)]})
 	}
 	return calls, now, nil
 }
 
-// appendKeys appends the KEYS of admit.lua for r, whose rate limits are
-// rt: its scene window and cap window, then the TAT keys of its rate
+// appendKeys appends the KEYS of admit.lua (and forget.lua) for r, whose
+// rate limits are rt: the recipient's key, then with LegacyKeys the old
+// layout's scene window and cap window, and the TAT keys of its rate
 // limits, only when it has them.
 func (s *Store) appendKeys(keys []string, r *gate.AdmitRequest, rt rates) []string {
 	escaped := escape(r.Recipient)
+	if s.layout != layoutOld {
+		keys = append(keys, s.prefix+":{"+escaped+"}")
+	}
+	if s.layout == layoutOne {
+		return keys
+	}
 	keys = append(keys, s.key(escaped, kindScene, r.Scene), s.key(escaped, kindCap, ""))
 	if rt.si >= 0 {
 		keys = append(keys, s.key(escaped, kindSceneRate, r.Scene))
@@ -86,6 +93,9 @@ func (s *Store) appendKeys(keys []string, r *gate.AdmitRequest, rt rates) []stri
 	}
 	return keys
 }
+
+// sceneTag is the member of the recipient's key that holds scene's tag.
+func sceneTag(scene string) string { return "#" + scene }
 
 // rates are a request's rate limits, found once: the scene's and the
 // caps', each with its index, -1 when there is none (a valid request has
@@ -119,6 +129,7 @@ const (
 	flagCapRate   = 16
 	flagDryRun    = 32
 	flagTightest  = 64
+	flagLegacy    = 128
 )
 
 // sameSet reports whether a and b have the same limits and caps, which
@@ -137,12 +148,13 @@ func appendSet(args []any, r *gate.AdmitRequest) []any {
 }
 
 // appendArgs appends the ARGV of admit.lua for r: member, flags, its limit
-// set's number (from 1), then a triple of period bounds per calendar the
-// limits name, then the emission intervals of the rate limits (rt). now is
-// the gate's clock, read when r has calendar limits. A request without
-// calendar or rate limits, not a dry run and not asking for the tightest
-// limit, sends only its member, flags 0 or 1 and its set.
-func appendArgs(args []any, r *gate.AdmitRequest, rt rates, set int, now time.Time) []any {
+// set's number (from 1), its scene's tag member, then a triple of period
+// bounds per calendar the limits name, then the emission intervals of the
+// rate limits (rt). now is the gate's clock, read when r has calendar
+// limits. A request without calendar or rate limits, not a dry run and not
+// asking for the tightest limit, sends only its member, flags 0 or 1, its
+// set and its scene. The old script (layoutOld) takes no scene.
+func (s *Store) appendArgs(args []any, r *gate.AdmitRequest, rt rates, set int, now time.Time) []any {
 	cals, nc := calendarsOf(r)
 	flags := 2 * nc
 	if r.Force {
@@ -160,7 +172,14 @@ func appendArgs(args []any, r *gate.AdmitRequest, rt rates, set int, now time.Ti
 	if r.WantTightest {
 		flags += flagTightest
 	}
-	args = append(args, member(r.ID), flags, set)
+	switch s.layout {
+	case layoutOld:
+		args = append(args, member(r.ID), flags, set)
+	case layoutLegacy:
+		args = append(args, member(r.ID), flags+flagLegacy, set, sceneTag(r.Scene))
+	default:
+		args = append(args, member(r.ID), flags, set, sceneTag(r.Scene))
+	}
 	for _, c := range cals[:nc] {
 		start, end, end2 := periods(c, now, r.Zone)
 		args = append(args, start, end, end2)

@@ -24,12 +24,13 @@ func TestBuildCalls(t *testing.T) {
 	}
 	// A call starts with its limit sets, each sent once; a request names its
 	// set by number, from 1.
-	ka, sa := []string{"p:{open_id:x}:s:s", "p:{open_id:x}:c"}, []any{2, 1, int64(3600000), 1, int64(2), 3, int64(86400000), 20}
-	kb, sb := []string{"p:{open_id:y}:s:t", "p:{open_id:y}:c"}, []any{0, 0}
-	kc, sc := []string{"p:{open_id:z}:s:u", "p:{open_id:z}:c"}, []any{1, 0, int64(1000), 2}
-	a := func(set int) []any { return []any{member("a"), 1, set} }
-	b := func(set int) []any { return []any{member("b"), 0, set} }
-	c := func(set int) []any { return []any{member("c"), 0, set} }
+	// A request names its recipient's key, and sends its scene's tag member.
+	ka, sa := []string{"p:{open_id:x}"}, []any{2, 1, int64(3600000), 1, int64(2), 3, int64(86400000), 20}
+	kb, sb := []string{"p:{open_id:y}"}, []any{0, 0}
+	kc, sc := []string{"p:{open_id:z}"}, []any{1, 0, int64(1000), 2}
+	a := func(set int) []any { return []any{member("a"), 1, set, "#s"} }
+	b := func(set int) []any { return []any{member("b"), 0, set, "#t"} }
+	c := func(set int) []any { return []any{member("c"), 0, set, "#u"} }
 	tests := []struct {
 		perCall int
 		want    []call
@@ -78,16 +79,14 @@ func TestBuildCallsRate(t *testing.T) {
 		{ID: "c", Recipient: "open_id:z", Scene: "u", Limits: []gate.Limit{{Window: time.Second, Max: 2}}},
 	}
 	want := call{lo: 0, hi: 3,
-		keys: []string{"p:{open_id:w}:s:v", "p:{open_id:w}:c", "p:{open_id:w}:g:v", "p:{open_id:w}:gc",
-			"p:{open_id:w}:s:v", "p:{open_id:w}:c", "p:{open_id:w}:gc",
-			"p:{open_id:z}:s:u", "p:{open_id:z}:c"},
+		keys: []string{"p:{open_id:w}", "p:{open_id:w}", "p:{open_id:z}"},
 		args: []any{
 			3, 2, 1, int64(3600000), 1, 0, 3, 0, 10, // the limit sets
 			0, 1, 0, 1,
 			1, 0, int64(1000), 2,
-			member("d"), flagDryRun + flagSceneRate + flagCapRate, 1, int64(600000), int64(120000),
-			member("e"), 1 + flagCapRate, 2, int64(1000),
-			member("c"), 0, 3,
+			member("d"), flagDryRun + flagSceneRate + flagCapRate, 1, "#v", int64(600000), int64(120000),
+			member("e"), 1 + flagCapRate, 2, "#v", int64(1000),
+			member("c"), 0, 3, "#u",
 		}}
 	calls, _, err := s.buildCalls(reqs, perCallSingle)
 	if err != nil {
@@ -95,6 +94,18 @@ func TestBuildCallsRate(t *testing.T) {
 	}
 	if len(calls) != 1 || !equalCall(calls[0], want) {
 		t.Fatalf("calls = %#v, want %#v", calls, want)
+	}
+	// With LegacyKeys, the old layout's keys follow the recipient's, and the
+	// flags say so.
+	s.layout = layoutLegacy
+	want.keys = []string{"p:{open_id:w}", "p:{open_id:w}:s:v", "p:{open_id:w}:c", "p:{open_id:w}:g:v", "p:{open_id:w}:gc",
+		"p:{open_id:w}", "p:{open_id:w}:s:v", "p:{open_id:w}:c", "p:{open_id:w}:gc",
+		"p:{open_id:z}", "p:{open_id:z}:s:u", "p:{open_id:z}:c"}
+	for _, i := range []int{18, 24, 29} {
+		want.args[i] = want.args[i].(int) + flagLegacy
+	}
+	if calls, _, err = s.buildCalls(reqs, perCallSingle); err != nil || len(calls) != 1 || !equalCall(calls[0], want) {
+		t.Fatalf("legacy: calls = %#v (%v), want %#v", calls, err, want)
 	}
 }
 
@@ -119,10 +130,10 @@ func TestBuildCallsSharedSets(t *testing.T) {
 	want := []any{
 		2, 1, 1, int64(3600000), 1, int64(86400000), 20, // the limit sets
 		1, 0, int64(3600000), 1,
-		member("a"), 0, 1,
-		member("b"), 0, 1,
-		member("c"), 0, 2,
-		member("d"), 1, 1,
+		member("a"), 0, 1, "#s",
+		member("b"), 0, 1, "#s",
+		member("c"), 0, 2, "#s",
+		member("d"), 1, 1, "#s",
 	}
 	if len(calls) != 1 || !equalCall(calls[0], call{lo: 0, hi: 4, keys: calls[0].keys, args: want}) {
 		t.Fatalf("calls = %#v, want args %#v", calls, want)

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -218,24 +219,39 @@ func workloadRequests(tb testing.TB, n, recipients int) []gate.AdmitRequest {
 	return reqs
 }
 
+// oldSource is admit.lua as it was before the recipient's key: the old
+// gate's script, run beside the new one by BenchmarkAdmitWorkload and
+// TestUpgradeUnderTraffic.
+//
+//go:embed testdata/admit_before.lua
+var oldSource string
+
 // BenchmarkAdmitWorkload runs gatebench's workload (workloadRequests:
-// 200,000 messages to 100,000 recipients on fresh keys, then again on
+// 300,000 messages to 100,000 recipients on fresh keys, then again on
 // others) through Store.Admit in batches of 256, one pipeline each, as the
-// gate and gatebench's Redis ceiling send them, and reports what Redis
-// spends per admission request: its process's CPU time (procstat; INFO cpu
-// when Redis is not on this machine) per request, redis-µs/req. This is
-// the figure that compares script shapes; wall time mostly measures the
-// client and the machine's other load.
+// gate and gatebench's Redis ceiling send them, once per layout: the
+// recipient's key (new), the layout before it with its own script (old,
+// testdata/admit_before.lua), and both at once (legacy, LegacyKeys). Each
+// iteration decides 16 batches with one arm, then 16 with the next, so the
+// arms meet the same load on the machine. It reports what Redis spends per
+// admission request: its process's CPU time (procstat; INFO cpu when Redis
+// is not on this machine) per request, redis-µs/req, and the ratio
+// new/old. Other clients of the same Redis count too: run it on a Redis of
+// its own. Wall time mostly measures the client and the machine's other
+// load.
 //
-// With GATE_BENCH_BASE_SCRIPT naming a file (an earlier admit.lua, say
-// from git show), it also runs that script, with the same ARGV, on keys
-// of its own: each iteration decides 16 batches with one script, then 16
-// with the other, so the two meet the same load on the machine, and it
-// reports base-redis-µs/req and the ratio new/base.
+// It then reports the bytes per (recipient, scene) of each layout, as
+// gatebench measures them: the steady state of a scene {1h/1, 24h/3} (three
+// admissions kept) for 2,000 recipients of 43 bytes under the default
+// prefix, MEMORY USAGE of their keys over their number, bytes/pair.
 //
-//	git show HEAD~1:internal/redisstore/admit.lua > /tmp/base.lua
-//	GATE_BENCH_BASE_SCRIPT=/tmp/base.lua go test -run '^$' \
-//	  -bench AdmitWorkload -benchtime 40x -count 5 ./internal/redisstore/
+//	redis-server --port 6390 --save '' --appendonly no &
+//	GATE_TEST_REDIS_URL=redis://127.0.0.1:6390/0 go test -run '^$' \
+//	  -bench AdmitWorkload -benchtime 40x -count 3 ./internal/redisstore/
+//
+// GATE_BENCH_NEW_ONLY=1 runs the new arm alone, for CONFIG RESETSTAT and
+// INFO commandstats to profile its calls. GATE_BENCH_BASE_SCRIPT naming a file (an earlier admit.lua of the one-key
+// layout, say from git show) adds an arm, base, running it.
 func BenchmarkAdmitWorkload(b *testing.B) {
 	raw := newClient(b)
 	ctx := context.Background()
@@ -257,14 +273,23 @@ func BenchmarkAdmitWorkload(b *testing.B) {
 		spent  time.Duration
 		script *redis.Script
 		source string
+		layout layout
 	}
-	arms := []*arm{{name: "new", script: admitScript, source: admitSource}}
+	arms := []*arm{
+		{name: "new", script: admitScript, source: admitSource, layout: layoutOne},
+		{name: "old", script: redis.NewScript(oldSource), source: oldSource, layout: layoutOld},
+		{name: "legacy", script: admitScript, source: admitSource, layout: layoutLegacy},
+	}
 	if path := os.Getenv("GATE_BENCH_BASE_SCRIPT"); path != "" {
 		src, err := os.ReadFile(path)
 		if err != nil {
 			b.Fatal(err)
 		}
 		arms = append(arms, &arm{name: "base", script: redis.NewScript(string(src)), source: string(src)})
+	}
+	if os.Getenv("GATE_BENCH_NEW_ONLY") != "" {
+		// One arm alone, so that INFO commandstats profiles its calls.
+		arms = arms[:1]
 	}
 	// fresh points an arm at new keys, deleting those of its previous run
 	// (outside the measured turns).
@@ -283,7 +308,7 @@ func BenchmarkAdmitWorkload(b *testing.B) {
 			b.Fatal(err)
 		}
 		a.s = s
-		a.s.script, a.s.source, a.at = a.script, a.source, 0
+		a.s.script, a.s.source, a.s.layout, a.at = a.script, a.source, a.layout, 0
 	}
 	for _, a := range arms {
 		fresh(a)
@@ -317,11 +342,69 @@ func BenchmarkAdmitWorkload(b *testing.B) {
 			name = a.name + "-" + name
 		}
 		b.ReportMetric(per(a), name)
+		if a.name != "base" && a.held != arms[0].held {
+			b.Errorf("%s held back %d of %d, new %d: the layouts must decide alike", a.name, a.held, a.n, arms[0].held)
+		}
 	}
 	b.ReportMetric(100*float64(arms[0].held)/float64(arms[0].n), "%held")
-	if len(arms) > 1 {
-		b.ReportMetric(per(arms[0])/per(arms[1]), "new/base")
+	if len(arms) == 1 {
+		return
 	}
+	b.ReportMetric(per(arms[0])/per(arms[1]), "new/old")
+	b.StopTimer()
+	for _, a := range arms[:2] {
+		unit := "bytes/pair"
+		if a.name != "new" {
+			unit = a.name + "-" + unit
+		}
+		b.ReportMetric(bytesPerPair(b, raw, a.script, a.source, a.layout), unit)
+	}
+}
+
+// bytesPerPair fills the steady state of a scene {1h/1, 24h/3} at one
+// message per recipient per hour (3 admissions kept, each a 36-character
+// id) for 2,000 recipients of 43 bytes under the default prefix, with
+// script and layout, and returns the MEMORY USAGE of their keys over their
+// number: gatebench's "Redis bytes per (recipient, scene)".
+func bytesPerPair(b *testing.B, raw *redis.Client, script *redis.Script, source string, lay layout) float64 {
+	const pairs = 2000
+	ctx := context.Background()
+	s, err := New(raw, Options{Timeout: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.script, s.source, s.layout = script, source, lay
+	tag := testenv.Unique("m")
+	b.Cleanup(func() {
+		if keys := scanKeys(b, raw, "gate:{open_id:ou_"+tag+"*"); len(keys) > 0 {
+			raw.Del(context.Background(), keys...)
+		}
+	})
+	limits := []gate.Limit{{Window: time.Hour, Max: 1}, {Window: 24 * time.Hour, Max: 3}}
+	var reqs []gate.AdmitRequest
+	for i := range pairs {
+		r := fmt.Sprintf("open_id:ou_%s%0*d", tag, 32-len(tag), i)
+		for j := range 3 {
+			reqs = append(reqs, gate.AdmitRequest{
+				ID: fmt.Sprintf("%08x-4c5d-9e8f-%04x-%012x", i, j, time.Now().UnixNano()), Recipient: r,
+				Scene: "alert.disk_full", Limits: limits, Force: true,
+			})
+		}
+	}
+	for lo := 0; lo < len(reqs); lo += 256 {
+		if _, err := s.Admit(ctx, reqs[lo:min(lo+256, len(reqs))]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var total int64
+	for _, k := range scanKeys(b, raw, "gate:{open_id:ou_"+tag+"*") {
+		n, err := raw.MemoryUsage(ctx, k, 0).Result()
+		if err != nil {
+			b.Fatalf("MEMORY USAGE %s: %v", k, err)
+		}
+		total += n
+	}
+	return float64(total) / pairs
 }
 
 // redisCPUFunc returns a reader of the test Redis's CPU time: its

@@ -89,10 +89,10 @@ func TestBuildCallsCalendar(t *testing.T) {
 	want := concat(
 		[]any{2, 3, 1, -1, 10, int64(3600000), 1, -2, 3, -2, 20}, // the limit sets
 		[]any{1, 0, int64(1000), 2},
-		[]any{member("a"), 1 + 2*2, 1,
+		[]any{member("a"), 1 + 2*2, 1, "#s",
 			ms(2031, 3, 3), ms(2031, 3, 10), ms(2031, 3, 17), // week
 			ms(2031, 3, 5), ms(2031, 3, 6), ms(2031, 3, 7)}, // day
-		[]any{member("b"), 0, 2},
+		[]any{member("b"), 0, 2, "#t"},
 	)
 	if len(calls) != 1 || !equalCall(calls[0], call{lo: 0, hi: 2, keys: calls[0].keys, args: want}) {
 		t.Fatalf("calls = %#v, want args %#v", calls, want)

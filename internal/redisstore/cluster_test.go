@@ -2,9 +2,8 @@ package redisstore
 
 import (
 	"context"
-	"strings"
-	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
 	"github.com/antifatigue/gate/internal/testing/storetest"
@@ -27,10 +26,14 @@ func newClusterClient(t *testing.T) *redis.ClusterClient {
 }
 
 // TestConformanceOnCluster runs the window-store suite on a Redis Cluster of
-// three masters. Every decision's script touches a scene key and the
-// recipient's cap key: were they in different slots, Redis would answer
-// CROSSSLOT and every case would fail.
-func TestConformanceOnCluster(t *testing.T) {
+// three masters.
+func TestConformanceOnCluster(t *testing.T) { clusterConformance(t, false) }
+
+// TestConformanceOnClusterLegacy runs it with LegacyKeys: the old keys share
+// the recipient's slot, so one script call reads and writes both layouts.
+func TestConformanceOnClusterLegacy(t *testing.T) { clusterConformance(t, true) }
+
+func clusterConformance(t *testing.T, legacy bool) {
 	storetest.Run(t, storetest.Harness{
 		Open: func(t *testing.T) storetest.Backend {
 			raw := newClusterClient(t)
@@ -44,34 +47,18 @@ func TestConformanceOnCluster(t *testing.T) {
 					raw.Del(context.Background(), k)
 				}
 			})
-			s := newStore(t, raw, prefix)
-			ctx := context.Background()
-			other := func(t *testing.T) gate.WindowStore { return newStore(t, newClusterClient(t), prefix) }
+			open := func(t *testing.T, c redis.UniversalClient) *Store {
+				s, err := New(c, Options{KeyPrefix: prefix, Timeout: time.Second, LegacyKeys: legacy})
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				return s
+			}
+			s := open(t, raw)
+			other := func(t *testing.T) gate.WindowStore { return open(t, newClusterClient(t)) }
 			// The nodes share this machine's clock, so backend's TIME may
 			// ask any of them.
-			return backend(s, raw, other, func(t *testing.T, recipient string) int {
-				// Every key of a recipient shares its cap key's slot.
-				tagged := strings.TrimSuffix(s.CapKey(recipient), "c")
-				slot, err := raw.ClusterKeySlot(ctx, s.CapKey(recipient)).Result()
-				if err != nil {
-					t.Fatalf("CLUSTER KEYSLOT: %v", err)
-				}
-				var n atomic.Int64
-				err = raw.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-					keys, err := node.ClusterGetKeysInSlot(ctx, int(slot), 10000).Result()
-					for _, k := range keys {
-						// EXISTS expires a key whose time has come, as any read would.
-						if strings.HasPrefix(k, tagged) {
-							n.Add(node.Exists(ctx, k).Val())
-						}
-					}
-					return err
-				})
-				if err != nil {
-					t.Fatalf("CLUSTER GETKEYSINSLOT %d: %v", slot, err)
-				}
-				return int(n.Load())
-			})
+			return backend(s, raw, other)
 		},
 	})
 }

@@ -6,31 +6,33 @@
 // is one pipelined round trip of EVALSHA calls; the script is loaded lazily
 // and again whenever Redis answers NOSCRIPT (restart, failover, SCRIPT FLUSH).
 //
-// Key layout, hash-tagged by recipient so every key of a decision shares a
-// Redis Cluster slot:
+// Key layout: every window, cap, rate limit and scene tag of a recipient is
+// one sorted set, <prefix>:{<recipient>} (admit.lua lists its members), so a
+// decision reads one key in one call and an admission writes it in one
+// ZADD. A scene's entries carry a tag the key gives the scene (never a hash
+// of its name, which two scenes could share). Members hold the first 7 bytes
+// of the SHA-256 of message ids, scores the admission time in Unix
+// milliseconds. A '}' or '%' in a recipient is percent-escaped so that no two
+// recipients share a key. A window keeps at most the largest Max of its
+// limits; the key expires after its longest window, calendar period or TAT,
+// plus a margin (1 s to 1 h) that lets most admissions skip PEXPIREAT.
+//
+// The layout before it kept a key per window, all with the same hash tag:
 //
 //	<prefix>:{<recipient>}:s:<scene>   sorted set: the scene window
 //	<prefix>:{<recipient>}:c           sorted set: the recipient cap window
 //	<prefix>:{<recipient>}:g:<scene>   integer: the TAT (Unix ms) of the scene's rate limit
 //	<prefix>:{<recipient>}:gc          integer: the TAT of the recipient caps' rate limit
 //
-// Members are the first 7 bytes of the SHA-256 of message ids (short members
-// keep a (recipient, scene) of {1/h, 3/day} under 250 bytes; see member),
-// scores the admission time in Unix milliseconds. A '}' or '%' in a recipient
-// is percent-escaped so that no two recipients share a key. A set holds at
-// most the largest Max of its limits and expires one second after its longest
-// window, or after the end of its latest calendar period; members older than
-// every window and period are not removed one by one but pushed out by newer
-// ones or dropped with the key, and never counted.
+// With Options.LegacyKeys the script decides on the union of both layouts
+// and writes both, for a rolling upgrade (testdata/admit_before.lua is the
+// old gates' script, which TestUpgradeUnderTraffic runs beside it).
 //
 // A rate limit ({rate: 1/10m, burst: 3}) is a GCRA decided in the same
-// script call as the message's windows: its TAT key is read, and written
-// only when every limit admits the message. Its key exists only for a
-// message that has one, so other messages pass the script the two keys, and
-// make the calls, they did before; it expires one second after its TAT. A
+// script call as the message's windows: its TAT is a member of the
+// recipient's key, written only when every limit admits the message. A
 // scene whose only limit is a rate keeps its ids for burst intervals, to
-// know a duplicate. Forget runs forget.lua for a message with a rate limit,
-// to give the slot back.
+// know a duplicate. Forget runs forget.lua, which also gives the slot back.
 //
 // Calendar limits (a day or an ISO week in the request's zone) are decided on
 // the Redis clock too. Lua has no time zones, so the adapter computes two

@@ -31,6 +31,12 @@ type Options struct {
 	// clock. It is set only where the gate's clock is shifted for tests
 	// (GATE_TEST_CLOCK), together with Redis's.
 	Now func() time.Time
+	// LegacyKeys decides on the union of the recipient's key and the
+	// keys of the layout before it (one per window and rate limit), and
+	// writes both, in the same script call: gates of both layouts can then
+	// share a Redis during a rolling upgrade (GATE_REDIS_LEGACY_KEYS; see
+	// docs/operating.md). Off, only the recipient's key is read and written.
+	LegacyKeys bool
 }
 
 // rediser is what the store calls on the client, so that *redis.Client,
@@ -63,7 +69,20 @@ type Store struct {
 	// now is the gate's clock, read only to compute the calendar periods
 	// the script chooses from; decisions stay on the Redis clock.
 	now func() time.Time
+	// layout is the keys a call sends: the recipient's, with the old
+	// layout's too (LegacyKeys), or, for the old script in tests and
+	// benchmarks, the old layout's only.
+	layout layout
 }
+
+// layout says which keys the script calls name.
+type layout int
+
+const (
+	layoutOne    layout = iota // the recipient's key
+	layoutLegacy               // the recipient's key, then the old layout's keys
+	layoutOld                  // the old layout's keys only (testdata/admit_before.lua)
+)
 
 // perCallSingle is how many requests one EVALSHA decides on a single Redis
 // (or a failover client's primary). A call blocks Redis while it runs, about
@@ -104,7 +123,11 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if _, single := client.(*redis.Client); single {
 		perCall = perCallSingle
 	}
-	return &Store{client: client, prefix: opts.KeyPrefix, timeout: opts.Timeout, perCall: perCall, script: admitScript, source: admitSource, now: opts.Now}, nil
+	lay := layoutOne
+	if opts.LegacyKeys {
+		lay = layoutLegacy
+	}
+	return &Store{client: client, prefix: opts.KeyPrefix, timeout: opts.Timeout, perCall: perCall, script: admitScript, source: admitSource, now: opts.Now, layout: lay}, nil
 }
 
 // contextTimeoutEnabled reports whether the client honours context
@@ -121,21 +144,28 @@ func contextTimeoutEnabled(c redis.UniversalClient) bool {
 	return true
 }
 
-// SceneKey returns the key of the scene window of (recipient, scene).
+// Key returns the recipient's key: every window, cap, rate limit and scene
+// tag of the recipient, in one sorted set (see admit.lua). It is the old
+// layout's keys' hash tag with nothing after it, so it shares their Redis
+// Cluster slot and is none of them.
+func (s *Store) Key(recipient string) string { return s.prefix + ":{" + escape(recipient) + "}" }
+
+// SceneKey returns the old layout's key of the scene window of (recipient,
+// scene), which LegacyKeys reads and writes besides the recipient's key.
 func (s *Store) SceneKey(recipient, scene string) string {
 	return s.key(escape(recipient), kindScene, scene)
 }
 
-// CapKey returns the key of the recipient cap window.
+// CapKey returns the old layout's key of the recipient cap window.
 func (s *Store) CapKey(recipient string) string { return s.key(escape(recipient), kindCap, "") }
 
-// SceneRateKey returns the key of the theoretical arrival time of the
+// SceneRateKey returns the old layout's key of the theoretical arrival time of the
 // rate limit of (recipient, scene).
 func (s *Store) SceneRateKey(recipient, scene string) string {
 	return s.key(escape(recipient), kindSceneRate, scene)
 }
 
-// CapRateKey returns the key of the theoretical arrival time of the
+// CapRateKey returns the old layout's key of the theoretical arrival time of the
 // recipient caps' rate limit.
 func (s *Store) CapRateKey(recipient string) string {
 	return s.key(escape(recipient), kindCapRate, "")
@@ -318,13 +348,14 @@ func exceeded(reply []any, req *gate.AdmitRequest, scopeN, index, count int64) (
 	return &gate.Exceeded{Scope: scope, Limit: limits[index], Count: int(count)}, nil
 }
 
-// Forget removes the members of reqs' ids from their scene and cap windows,
-// in one pipeline; see gate.WindowStore. A request with a rate limit runs
-// forget.lua instead, which also gives back the slot the admission took
-// from the rate limits, when the scene window still held the id. The keys
-// of a request share its recipient's hash slot, so this works on Redis
-// Cluster too. forget.lua is sent whole (EVAL): refunds are rare, and
-// NOSCRIPT handling would cost more code than the bytes it saves.
+// Forget removes the entries of reqs' ids from their scene and cap windows,
+// in one pipeline of forget.lua calls; see gate.WindowStore. It also gives
+// back the slot the admission took from the rate limits, when the scene
+// window still held the id. With LegacyKeys it does the same in the old
+// layout's keys. The keys of a request share its recipient's hash slot, so
+// this works on Redis Cluster too. forget.lua is sent whole (EVAL): refunds
+// are rare, and NOSCRIPT handling would cost more code than the bytes it
+// saves.
 func (s *Store) Forget(ctx context.Context, reqs []gate.AdmitRequest) error {
 	if len(reqs) == 0 {
 		return nil
@@ -332,15 +363,14 @@ func (s *Store) Forget(ctx context.Context, reqs []gate.AdmitRequest) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	pipe := s.client.Pipeline()
+	legacy := 0
+	if s.layout == layoutLegacy {
+		legacy = 1
+	}
 	for i := range reqs {
 		r := &reqs[i]
-		m, rt := member(r.ID), ratesOf(r)
-		keys := s.appendKeys(make([]string, 0, 4), r, rt)
-		if rt.n() == 0 {
-			pipe.ZRem(ctx, keys[0], m)
-			pipe.ZRem(ctx, keys[1], m)
-			continue
-		}
+		rt := ratesOf(r)
+		keys := s.appendKeys(make([]string, 0, 5), r, rt)
 		var se, ce int64
 		if rt.si >= 0 {
 			se = rt.scene.RateMillis()
@@ -348,7 +378,7 @@ func (s *Store) Forget(ctx context.Context, reqs []gate.AdmitRequest) error {
 		if rt.ci >= 0 {
 			ce = rt.caps.RateMillis()
 		}
-		pipe.Eval(ctx, forgetSource, keys, m, se, ce)
+		pipe.Eval(ctx, forgetSource, keys, member(r.ID), sceneTag(r.Scene), se, ce, legacy)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("forget %d ids: %w: %w", len(reqs), gate.ErrUnavailable, err)

@@ -69,31 +69,49 @@ func scanKeys(t testing.TB, raw *redis.Client, match string) []string {
 var globSpecial = regexp.MustCompile(`[*?\[\]\\]`)
 
 func TestConformance(t *testing.T) {
+	conformance(t, Options{})
+}
+
+// TestConformanceLegacy runs the suite on a store that decides on both
+// layouts and writes both (LegacyKeys), as gates do during an upgrade.
+func TestConformanceLegacy(t *testing.T) {
+	conformance(t, Options{LegacyKeys: true})
+}
+
+func conformance(t *testing.T, opts Options) {
 	storetest.Run(t, storetest.Harness{
 		Open: func(t *testing.T) storetest.Backend {
 			raw := newClient(t)
-			prefix := newPrefix(t, raw)
-			s := newStore(t, raw, prefix)
-			ctx := context.Background()
-			other := func(t *testing.T) gate.WindowStore { return newStore(t, newClient(t), prefix) }
-			return backend(s, raw, other, func(t *testing.T, recipient string) int {
-				tag := globSpecial.ReplaceAllString(escape(recipient), `\$0`)
-				n := 0
-				// EXISTS expires a key whose time has come, as any read would.
-				for _, k := range scanKeys(t, raw, prefix+":{"+tag+"}:*") {
-					n += int(raw.Exists(ctx, k).Val())
+			opts := opts
+			opts.KeyPrefix, opts.Timeout = newPrefix(t, raw), time.Second
+			open := func(t *testing.T, c redis.UniversalClient) *Store {
+				s, err := New(c, opts)
+				if err != nil {
+					t.Fatalf("New: %v", err)
 				}
-				return n
-			})
+				return s
+			}
+			s := open(t, raw)
+			other := func(t *testing.T) gate.WindowStore { return open(t, newClient(t)) }
+			return backend(s, raw, other)
 		},
 	})
 }
 
 // backend is what the conformance suite needs of s, whose client is raw:
-// other opens a second client of the same store, keys counts a
-// recipient's keys.
-func backend(s *Store, raw redis.UniversalClient, other func(t *testing.T) gate.WindowStore, keys func(t *testing.T, recipient string) int) storetest.Backend {
+// other opens a second client of the same store. Its windows are those of
+// the recipient's key; a legacy store's old windows must hold as many
+// entries.
+func backend(s *Store, raw redis.UniversalClient, other func(t *testing.T) gate.WindowStore) storetest.Backend {
 	ctx := context.Background()
+	read := func(t *testing.T, recipient string) []redis.Z {
+		// A read expires a key whose time has come.
+		key, err := raw.ZRangeWithScores(ctx, s.Key(recipient), 0, -1).Result()
+		if err != nil {
+			t.Fatalf("ZRANGE %s: %v", s.Key(recipient), err)
+		}
+		return key
+	}
 	return storetest.Backend{
 		Store:  s,
 		Client: other,
@@ -105,17 +123,21 @@ func backend(s *Store, raw redis.UniversalClient, other func(t *testing.T) gate.
 			}
 			return now
 		},
-		Keys: keys,
+		Keys: func(t *testing.T, recipient string) int {
+			return Windows(read(t, recipient))
+		},
 		Members: func(t *testing.T, recipient, scene string) int {
-			key := s.CapKey(recipient)
-			if scene != "" {
-				key = s.SceneKey(recipient, scene)
+			n := Entries(read(t, recipient), scene)
+			if s.layout == layoutLegacy {
+				key := s.CapKey(recipient)
+				if scene != "" {
+					key = s.SceneKey(recipient, scene)
+				}
+				if old := int(raw.ZCard(ctx, key).Val()); old != n {
+					t.Errorf("%s: %d entries in the old layout, %d in the recipient's key", key, old, n)
+				}
 			}
-			n, err := raw.ZCard(ctx, key).Result()
-			if err != nil {
-				t.Fatalf("ZCARD %s: %v", key, err)
-			}
-			return int(n)
+			return n
 		},
 	}
 }
@@ -266,13 +288,15 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-// TestMemoryPerWindow reports what one (recipient, scene) window costs in
-// Redis holding 3 members with 36-character ids: for the rule {1/h, 3/24h},
-// and for {1/h, 3/day} in Asia/Shanghai, whose key must also live until the
-// day ends.
+// TestMemoryPerWindow reports what one (recipient, scene) costs in Redis
+// holding 3 entries with 36-character ids, in the recipient's key of one
+// scene, the default prefix and a 43-byte recipient, as in production: for
+// the rule {1/h, 3/24h}, and for {1/h, 3/day} in Asia/Shanghai, whose key
+// must also live until the day ends.
 func TestMemoryPerWindow(t *testing.T) {
 	raw := newClient(t)
-	s := newStore(t, raw, newPrefix(t, raw))
+	prefix := newPrefix(t, raw)
+	s := newStore(t, raw, DefaultKeyPrefix)
 	ctx := context.Background()
 	sh, err := time.LoadLocation("Asia/Shanghai")
 	if err != nil {
@@ -285,7 +309,12 @@ func TestMemoryPerWindow(t *testing.T) {
 		{"alert.disk_full", []gate.Limit{{Window: time.Hour, Max: 1}, {Window: 24 * time.Hour, Max: 3}}},
 		{"alert.daily", []gate.Limit{{Window: time.Hour, Max: 1}, {Calendar: gate.CalendarDay, Max: 3}}},
 	} {
-		r := "open_id:ou_" + strings.Repeat("7", 32)
+		// The recipient carries the test's prefix, so that newPrefix's
+		// cleanup finds it under the default one.
+		r := "open_id:ou_" + prefix + strings.Repeat("7", max(0, 32-len(prefix)))
+		key := s.Key(r)
+		t.Cleanup(func() { raw.Del(context.Background(), key) })
+		raw.Del(ctx, key)
 		reqs := make([]gate.AdmitRequest, 3)
 		for i := range reqs {
 			id := testenv.Unique("m")
@@ -296,39 +325,43 @@ func TestMemoryPerWindow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		key := s.SceneKey(r, tc.scene)
 		n, err := raw.MemoryUsage(ctx, key).Result()
 		if err != nil {
 			t.Fatalf("MEMORY USAGE: %v", err)
 		}
-		if card := raw.ZCard(ctx, key).Val(); card != 3 {
-			t.Fatalf("ZCARD = %d, want 3", card)
+		members, err := raw.ZRangeWithScores(ctx, key, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Logf("MEMORY USAGE %s = %d bytes (3 members: ids of 36 bytes, kept as hashes of %d)", key, n, memberBytes)
-		if n > 250 {
-			t.Errorf("%s: window takes %d bytes, want at most 250", tc.scene, n)
+		if got := Entries(members, tc.scene); got != 3 {
+			t.Fatalf("%d entries, want 3", got)
 		}
-		// The key outlives its longest limit by the margin of one second:
-		// for the day, the later of the rolling hour and the day's end (in
-		// the last hour of a Shanghai day, the hour is the longer).
+		t.Logf("MEMORY USAGE %s = %d bytes (3 entries: ids of 36 bytes, kept as hashes of %d)", key, n, memberBytes)
+		if n > 260 {
+			t.Errorf("%s: the recipient's key takes %d bytes, want at most 260", tc.scene, n)
+		}
+		// The key outlives its longest limit by its margin: for the day, the
+		// later of the rolling hour and the day's end (in the last hour of
+		// a Shanghai day, the hour is the longer).
 		keep := 24 * time.Hour
 		if tc.limits[1].Calendar != "" {
 			_, end := tc.limits[1].Period(res[2].Now, sh)
-			keep = max(end.Sub(res[2].Now), tc.limits[0].Window)
+			keep = max(end.Sub(res[0].Now), tc.limits[0].Window)
 		}
+		margin := max(time.Second, min(keep/16, time.Hour))
 		ttl, err := raw.PTTL(ctx, key).Result()
 		if err != nil {
 			t.Fatalf("PTTL: %v", err)
 		}
-		if ttl > keep+time.Second || ttl < keep {
-			t.Errorf("%s: PTTL = %v, want between %v and %v", tc.scene, ttl, keep, keep+time.Second)
+		if ttl > keep+margin+time.Second || ttl < keep-time.Second {
+			t.Errorf("%s: PTTL = %v, want between %v and %v", tc.scene, ttl, keep, keep+margin)
 		}
 	}
 }
 
-// TestMemoryPerRate reports what a rate limit adds in Redis: its TAT key,
-// which lives one second past the TAT, beside the scene window that keeps
-// its ids; a message without one makes no such key.
+// TestMemoryPerRate reports what a rate limit adds in Redis: a member of
+// the recipient's key holding its TAT; a message without one adds none, nor
+// a cap entry without caps.
 func TestMemoryPerRate(t *testing.T) {
 	raw := newClient(t)
 	s := newStore(t, raw, newPrefix(t, raw))
@@ -345,43 +378,34 @@ func TestMemoryPerRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := s.SceneRateKey(r, "chat.mention")
+	key := s.Key(r)
 	n, err := raw.MemoryUsage(ctx, key).Result()
 	if err != nil {
 		t.Fatalf("MEMORY USAGE %s: %v", key, err)
 	}
-	w, err := raw.MemoryUsage(ctx, s.SceneKey(r, "chat.mention")).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("MEMORY USAGE %s = %d bytes, its scene window %d", key, n, w)
-	// The TAT is an integer (stored in the key's object); most of the
-	// bytes are the key's name, this test's long prefix included.
-	if n > 150 || w > 250 {
-		t.Errorf("rate key takes %d bytes and the window %d, want at most 150 and 250", n, w)
+	t.Logf("MEMORY USAGE %s = %d bytes, with a rate limit's TAT", key, n)
+	if n > 300 {
+		t.Errorf("the key takes %d bytes, want at most 300", n)
 	}
 	// Four forced admissions leave the TAT a burst (30m) ahead of the last,
 	// not four intervals.
-	tat, err := raw.Get(ctx, key).Int64()
+	tat, err := raw.ZScore(ctx, key, "g"+tagOf(1)).Result()
 	if err != nil {
-		t.Fatalf("GET %s: %v", key, err)
+		t.Fatalf("ZSCORE %s: %v", key, err)
 	}
-	if want := res[3].Now.Add(30 * time.Minute).UnixMilli(); tat != want {
-		t.Errorf("TAT = %d, want %d (the last forced admission + burst × interval)", tat, want)
+	if want := res[3].Now.Add(30 * time.Minute).UnixMilli(); int64(tat) != want {
+		t.Errorf("TAT = %d, want %d (the last forced admission + burst × interval)", int64(tat), want)
 	}
-	ttl, err := raw.PTTL(ctx, key).Result()
-	if err != nil {
-		t.Fatalf("PTTL: %v", err)
-	}
-	if keep := 30 * time.Minute; ttl > keep+time.Second || ttl < keep {
-		t.Errorf("PTTL = %v, want between %v and %v", ttl, keep, keep+time.Second)
-	}
-
 	plain := gate.AdmitRequest{ID: "m", Recipient: r, Scene: "plain", Limits: limits[:1]}
 	if _, err := s.Admit(ctx, []gate.AdmitRequest{plain}); err != nil {
 		t.Fatal(err)
 	}
-	if n := raw.Exists(ctx, s.SceneRateKey(r, "plain"), s.CapRateKey(r), s.CapKey(r)).Val(); n != 0 {
-		t.Errorf("%d rate or cap keys for a message without rate limits or caps, want 0", n)
+	members, err := raw.ZRangeWithScores(ctx, key, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// chat.mention's entries and TAT, plain's entry.
+	if got := Windows(members); got != 3 {
+		t.Errorf("%d windows and TATs, want 3: %v", got, members)
 	}
 }
