@@ -88,6 +88,10 @@ local function msat(m, p)
   return ((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f
 end
 local nowms = ms(now)
+-- The replies that carry no more than now are the same table every time, and T (the
+-- times of the entries of the message in hand, by their index in its read) is one table
+-- for the call: each message writes the indices it reads.
+local ADMITTED, DUPLICATE, SKEWED, T = {now, 1}, {now, 2}, {now, 3}, {}
 -- num parses a number of ARGV. Requests of one scene repeat the same few
 -- (flags, limit set, periods), and Lua's tonumber calls strtod each time.
 local nums = {}
@@ -274,14 +278,14 @@ local function decide(ki, a, f)
   local id, set, def = ARGV[a], sets[num(ARGV[a + 2])], ARGV[a + 3]
   local ns, nc = set[1], set[2]
   if ns + nc == 0 then
-    return {now, 1} -- nothing limits the message, so nothing is kept
+    return ADMITTED -- nothing limits the message, so nothing is kept
   end
   local key = KEYS[ki]
   local first, capfirst = set[3], set[3] + 2 * ns
   local per
   if nb > 0 then
     per = periods(a + 4, nb)
-    if per == nil then return {now, 3} end
+    if per == nil then return SKEWED end
   end
   local srt, crt
   if srate or crate then
@@ -311,7 +315,7 @@ local function decide(ki, a, f)
   local gl = #gt
   -- S and C list the entries of this scene and of the caps, by their member's index in
   -- got, T their times; then the TATs and the stored expiry, with their members.
-  local S, C, T, stored, emember = {}, {}, {}, 0, nil
+  local S, C, stored, emember = {}, {}, 0, nil
   for j = i, n do
     local m = got[j]
     local b = byte(m, 1)
@@ -349,7 +353,7 @@ local function decide(ki, a, f)
   for j = #S, 1, -1 do
     local x = S[j]
     if T[x] < sfrom then break end
-    if sub(got[x], hp) == id then return {now, 2} end
+    if sub(got[x], hp) == id then return DUPLICATE end
   end
 
   if srt then
@@ -374,7 +378,7 @@ local function decide(ki, a, f)
   if worst and not force then
     return worst
   end
-  local reply = {now, 1}
+  local reply = ADMITTED
   if want then reply = {now, 1, tight[2], tight[3], tight[4]} end
   if dry then
     return reply
