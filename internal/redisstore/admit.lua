@@ -2,20 +2,24 @@
 -- server's clock (one TIME per call: the run shares its millisecond).
 --
 -- Every window, cap, rate-limit state and scene tag of a recipient lives in one sorted
--- set, <prefix>:{<recipient>}. Its members, by their first byte:
---   '#' .. scene           score: the scene's tag t (1, 2, ...), given by the first
---                          admission of the scene to this key, never reused in it
---   tag(t) .. hash(id)     score: admission ms; an entry of the scene window of tag t
---   \128 .. hash(id)       score: admission ms; an entry of the recipient cap window
---   'g' .. tag(t)          score: the TAT (ms) of scene t's rate limit; 'g' \128 the caps'
---   'e'                    score: the key's expiry, in whole seconds, rounded down
+-- set, <prefix>:{<recipient>}. Every score is 0: a member carries its own value, so the
+-- key sorts by member and is read without WITHSCORES (Redis would format each score as a
+-- double, and Lua parse it back). Its members, by their first byte:
+--   '#' .. tag(t) .. scene   scene's tag t (1, 2, ...), given by the first admission of
+--                            the scene to this key, never reused in it
+--   'e' .. ms(x)             the key's expiry x
+--   'g' .. tag(t) .. ms(x)   x the TAT of scene t's rate limit; 'g' \128 .. ms(x) the caps'
+--   \128 .. ms(x) .. hash(id) an entry of the recipient cap window, admitted at x
+--   tag(t) .. ms(x) .. hash(id) an entry of the scene window of tag t, admitted at x
 --   ('w' is kept for warning thresholds: see docs/architecture.md.)
 -- tag(t) is one byte 128 + t for t < 127, else 255 and two bytes of t: no tag is the
 -- prefix of another, so no two scenes' entries, or a scene's and the caps', can be
--- taken for each other, whatever their names. The key is read whole, in one ZRANGE
--- (ascending: the tags come first, their scores being small), and an admission writes
--- one ZADD, plus a ZREM only when entries leave and an EXPIREAT only when the stored
--- expiry does not already cover what the message needs.
+-- taken for each other, whatever their names. ms(x) is x (Unix ms) in 6 bytes, big-endian:
+-- a window's entries sort by time, and two admissions of one millisecond differ by their
+-- ids. The key is read whole, in one ZRANGE (the tags come first), and an admission writes
+-- one ZADD, plus a ZREM only when entries leave or a TAT or the expiry moves (its old
+-- member goes), and a PEXPIREAT only when the stored expiry does not already cover what
+-- the message needs.
 --
 -- ARGV starts with the call's limit sets: their number, then per set #limits, #caps and
 -- its (window, max) pairs: limits, then caps. Then, per message in order, its KEYS and
@@ -65,6 +69,29 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- format each with %.14g, the costly floating-point path of printf.
 local nowstr = string.format('%d', now)
 local byte, char, sub = string.byte, string.char, string.sub
+local floor = math.floor
+-- ms is x (ms) in 6 bytes, big-endian; msat reads them from byte p of m.
+local function ms(x)
+  local a = floor(x / 1099511627776)
+  x = x - a * 1099511627776
+  local b = floor(x / 4294967296)
+  x = x - b * 4294967296
+  local c = floor(x / 16777216)
+  x = x - c * 16777216
+  local d = floor(x / 65536)
+  x = x - d * 65536
+  local e = floor(x / 256)
+  return char(a, b, c, d, e, x - e * 256)
+end
+local function msat(m, p)
+  local a, b, c, d, e, f = byte(m, p, p + 5)
+  return ((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f
+end
+local nowms = ms(now)
+-- The replies that carry no more than now are the same table every time, and T (the
+-- times of the entries of the message in hand, by their index in its read) is one table
+-- for the call: each message writes the indices it reads.
+local ADMITTED, DUPLICATE, SKEWED, T = {now, 1}, {now, 2}, {now, 3}, {}
 -- num parses a number of ARGV. Requests of one scene repeat the same few
 -- (flags, limit set, periods), and Lua's tonumber calls strtod each time.
 local nums = {}
@@ -143,22 +170,24 @@ local function periods(at, nb)
 end
 
 -- merge adds the members of an old-layout window (key) to the window w (indices of got,
--- whose scores are numbers), as the members they have in the recipient's key (pre ..
--- hash), once: appended to got, w kept in ascending order of score. It returns the old
--- window as read, ascending.
-local function merge(got, w, key, pre)
+-- their times in T), as the members they have in the recipient's key (pre .. ms(score) ..
+-- hash), once per hash: appended to got, w kept in ascending order of time. It returns
+-- the old window as read, ascending.
+local function merge(got, T, w, key, pre)
   local old = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   if #old == 0 then return old end
   local seen = {}
-  for i = 1, #w do seen[got[w[i]]] = true end
+  for i = 1, #w do seen[sub(got[w[i]], #pre + 7)] = true end
   for i = 1, #old, 2 do
-    local m = pre .. old[i]
-    if not seen[m] then
-      got[#got + 1], got[#got + 2] = m, tonumber(old[i + 1])
-      w[#w + 1] = #got - 1
+    local h = old[i]
+    if not seen[h] then
+      local x = tonumber(old[i + 1])
+      got[#got + 1] = pre .. ms(x) .. h
+      T[#got] = x
+      w[#w + 1] = #got
     end
   end
-  table.sort(w, function(x, y) return got[x + 1] < got[y + 1] end)
+  table.sort(w, function(x, y) return T[x] < T[y] end)
   return old
 end
 
@@ -172,9 +201,9 @@ end
 -- slots left after the message: left, scope, index, count with it).
 local worst, tight
 
--- check checks the cnt limits from P[at] against the window w (indices of got, ascending
--- by score), and rt, the rate limit among them.
-local function check(got, w, at, cnt, scope, rt, per, want)
+-- check checks the cnt limits from P[at] against the window w (indices of T, the
+-- entries' times, ascending), and rt, the rate limit among them.
+local function check(T, w, at, cnt, scope, rt, per, want)
   local top = #w
   for j = 0, cnt - 1 do
     local win, m = P[at + 2 * j], P[at + 2 * j + 1]
@@ -191,10 +220,10 @@ local function check(got, w, at, cnt, scope, rt, per, want)
       local from = now - win + 1
       if win < 0 then from, reopen = per[-win][1], per[-win][2] end
       c = 0
-      while c < top and got[w[top - c] + 1] >= from do c = c + 1 end
+      while c < top and T[w[top - c]] >= from do c = c + 1 end
       if c >= m and reopen == nil then
         -- The window reopens when the m-th newest entry leaves it.
-        reopen = got[w[top - m + 1] + 1] + win
+        reopen = T[w[top - m + 1]] + win
       end
     end
     if want and (tight == nil or m - c - 1 < tight[1]) then
@@ -206,16 +235,26 @@ local function check(got, w, at, cnt, scope, rt, per, want)
   end
 end
 
--- trim adds to gone the entries of w (indices of got) that leave it when new joins: all
--- but the newest k - 1 others (new must stay: when several share its millisecond it must
--- stay a duplicate), and those older than from, which no limit counts.
-local function trim(got, w, from, k, new, gone)
+-- trim adds to gone the entries of w (indices of got, their times in T) that leave it
+-- when new joins: all but the newest k - 1 others, and those older than from, which no
+-- limit counts.
+local function trim(got, T, w, from, k, new, gone)
   local kept = 1
   for j = #w, 1, -1 do
     local m = got[w[j]]
     if m ~= new then
-      if kept < k and got[w[j] + 1] >= from then kept = kept + 1 else gone[#gone + 1] = m end
+      if kept < k and T[w[j]] >= from then kept = kept + 1 else gone[#gone + 1] = m end
     end
+  end
+end
+
+-- put adds to the ZADD add a value member (pre .. ms(x)), and to gone was, the member it
+-- replaces.
+local function put(add, gone, pre, x, was)
+  local m = pre .. ms(x)
+  if m ~= was then
+    add[#add + 1], add[#add + 2] = '0', m
+    if was then gone[#gone + 1] = was end
   end
 end
 
@@ -239,14 +278,14 @@ local function decide(ki, a, f)
   local id, set, def = ARGV[a], sets[num(ARGV[a + 2])], ARGV[a + 3]
   local ns, nc = set[1], set[2]
   if ns + nc == 0 then
-    return {now, 1} -- nothing limits the message, so nothing is kept
+    return ADMITTED -- nothing limits the message, so nothing is kept
   end
   local key = KEYS[ki]
   local first, capfirst = set[3], set[3] + 2 * ns
   local per
   if nb > 0 then
     per = periods(a + 4, nb)
-    if per == nil then return {now, 3} end
+    if per == nil then return SKEWED end
   end
   local srt, crt
   if srate or crate then
@@ -256,35 +295,41 @@ local function decide(ki, a, f)
   end
 
   -- Read the key whole. The tags come first: find this scene's, or the next free one.
-  local got = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local got = redis.call('ZRANGE', key, 0, -1)
   local n, i, t, top = #got, 1, nil, 0
+  local scene = sub(def, 2)
+  local sl = #scene
   while i <= n and byte(got[i], 1) == 35 do
-    local v = tonumber(got[i + 1])
-    if got[i] == def then t = v end
+    local m = got[i]
+    local v, p = byte(m, 2) - 128, 3
+    if v == 127 then v, p = byte(m, 3) * 256 + byte(m, 4), 5 end
+    if t == nil and #m == p - 1 + sl and sub(m, p) == scene then t = v end
     if v > top then top = v end
-    i = i + 2
+    i = i + 1
   end
   local newtag = t == nil
   if newtag then t = top + 1 end
   local stag = tag(t)
-  local sb, long = byte(stag, 1), t >= 127
+  local sb, long, sp = byte(stag, 1), t >= 127, #stag + 1
+  local gt = gtags[t]
+  local gl = #gt
   -- S and C list the entries of this scene and of the caps, by their member's index in
-  -- got, whose score is made a number; then the TATs and the stored expiry.
-  local S, C, stored = {}, {}, 0
-  for j = i, n, 2 do
-    local b = byte(got[j], 1)
-    if b == sb and (not long or sub(got[j], 1, 3) == stag) then
+  -- got, T their times; then the TATs and the stored expiry, with their members.
+  local S, C, stored, emember = {}, {}, 0, nil
+  for j = i, n do
+    local m = got[j]
+    local b = byte(m, 1)
+    if b == sb and (not long or sub(m, 1, 3) == stag) then
       S[#S + 1] = j
-      got[j + 1] = tonumber(got[j + 1])
+      T[j] = msat(m, sp)
     elseif b == 128 then
       C[#C + 1] = j
-      got[j + 1] = tonumber(got[j + 1])
+      T[j] = msat(m, 2)
     elseif b == 103 then
-      local m = got[j]
-      if srt and m == gtags[t] then srt.stored = tonumber(got[j + 1]) end
-      if crt and m == 'g' .. CAP then crt.stored = tonumber(got[j + 1]) end
+      if srt and sub(m, 1, gl) == gt then srt.stored, srt.member = msat(m, gl + 1), m end
+      if crt and byte(m, 2) == 128 then crt.stored, crt.member = msat(m, 3), m end
     elseif b == 101 then
-      stored = tonumber(got[j + 1]) * 1000
+      stored, emember = msat(m, 2), m
     end
   end
 
@@ -301,13 +346,14 @@ local function decide(ki, a, f)
   -- A scene without limits still keeps its ids (for duplicates) as long as the caps need them.
   local sfrom, skeep, sk
   if ns > 0 then sfrom, skeep, sk = span(first, ns, per, srt) else sfrom, skeep, sk = span(capfirst, nc, per, crt) end
-  local smember = stag .. id
+  local smember = stag .. nowms .. id
   local sold
-  if legacy then sold = merge(got, S, oldS, stag) end
+  if legacy then sold = merge(got, T, S, oldS, stag) end
+  local hp = sp + 6
   for j = #S, 1, -1 do
     local x = S[j]
-    if got[x + 1] < sfrom then break end
-    if got[x] == smember then return {now, 2} end
+    if T[x] < sfrom then break end
+    if sub(got[x], hp) == id then return DUPLICATE end
   end
 
   if srt then
@@ -323,47 +369,47 @@ local function decide(ki, a, f)
   local cfrom, ckeep, ck, cold
   if cwin then
     cfrom, ckeep, ck = span(capfirst, nc, per, crt)
-    if legacy then cold = merge(got, C, oldC, CAP) end
+    if legacy then cold = merge(got, T, C, oldC, CAP) end
   end
 
   worst, tight = nil, nil
-  check(got, S, first, ns, 1, srt, per, want)
-  check(got, C, capfirst, nc, 2, crt, per, want)
+  check(T, S, first, ns, 1, srt, per, want)
+  check(T, C, capfirst, nc, 2, crt, per, want)
   if worst and not force then
     return worst
   end
-  local reply = {now, 1}
+  local reply = ADMITTED
   if want then reply = {now, 1, tight[2], tight[3], tight[4]} end
   if dry then
     return reply
   end
 
   -- Record, in one ZADD; entries that leave a window go in one ZREM.
-  local add, gone = {'ZADD', key, nowstr, smember}, {}
-  trim(got, S, sfrom, sk, smember, gone)
+  local add, gone = {'ZADD', key, '0', smember}, {}
+  trim(got, T, S, sfrom, sk, smember, gone)
   local keep = skeep
   if cwin then
-    local cmember = CAP .. id
-    add[5], add[6] = nowstr, cmember
-    trim(got, C, cfrom, ck, cmember, gone)
+    local cmember = CAP .. nowms .. id
+    add[5], add[6] = '0', cmember
+    trim(got, T, C, cfrom, ck, cmember, gone)
     if ckeep > keep then keep = ckeep end
   end
-  if newtag then add[#add + 1], add[#add + 2] = t, def end
+  if newtag then add[#add + 1], add[#add + 2] = '0', '#' .. stag .. scene end
   if srt then
     srt.tat = math.min(srt.tat + srt.every, now + srt.burst * srt.every)
-    add[#add + 1], add[#add + 2] = string.format('%d', srt.tat), gtags[t]
+    put(add, gone, gt, srt.tat, srt.member)
     keep = math.max(keep, srt.tat - now)
   end
   if crt then
     crt.tat = math.min(crt.tat + crt.every, now + crt.burst * crt.every)
-    add[#add + 1], add[#add + 2] = string.format('%d', crt.tat), 'g' .. CAP
+    put(add, gone, 'g' .. CAP, crt.tat, crt.member)
     keep = math.max(keep, crt.tat - now)
   end
   -- The expiry grows only when the stored one falls short of what this message needs.
   local exp
   if stored < now + keep then
     exp = now + keep + math.max(1000, math.min(math.floor(keep / 16), 3600000))
-    add[#add + 1], add[#add + 2] = string.format('%d', math.floor(exp / 1000)), 'e'
+    put(add, gone, 'e', exp, emember)
   end
   redis.call(unpack(add))
   if #gone > 0 then redis.call('ZREM', key, unpack(gone)) end

@@ -10,9 +10,10 @@
 // one sorted set, <prefix>:{<recipient>} (admit.lua lists its members), so a
 // decision reads one key in one call and an admission writes it in one
 // ZADD. A scene's entries carry a tag the key gives the scene (never a hash
-// of its name, which two scenes could share). Members hold the first 7 bytes
-// of the SHA-256 of message ids, scores the admission time in Unix
-// milliseconds. A '}' or '%' in a recipient is percent-escaped so that no two
+// of its name, which two scenes could share). Entries hold the admission
+// time in Unix milliseconds (6 bytes), then the first 7 bytes of the SHA-256
+// of the message id; every score is 0, so a decision reads the key without
+// WITHSCORES. A '}' or '%' in a recipient is percent-escaped so that no two
 // recipients share a key. A window keeps at most the largest Max of its
 // limits; the key expires after its longest window, calendar period or TAT,
 // plus a margin (1 s to 1 h) that lets most admissions skip PEXPIREAT.

@@ -16,16 +16,48 @@
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local key, id, legacy = KEYS[1], ARGV[1], ARGV[5] == '1'
-local CAP = string.char(128)
-local stag
-local t = redis.call('ZSCORE', key, ARGV[2])
-if t then
-  t = tonumber(t)
-  if t < 127 then stag = string.char(128 + t) else stag = string.char(255, math.floor(t / 256), t % 256) end
+local byte, char, sub, floor = string.byte, string.char, string.sub, math.floor
+local CAP = char(128)
+local function ms(x)
+  local s = ''
+  for _ = 1, 6 do
+    s = char(x % 256) .. s
+    x = floor(x / 256)
+  end
+  return s
 end
+local function msat(m, p)
+  local a, b, c, d, e, f = byte(m, p, p + 5)
+  return ((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f
+end
+
+-- Read the key whole: the scene's tag, then its entries and the caps' of the id, and the
+-- TAT members.
+local got = redis.call('ZRANGE', key, 0, -1)
+local scene = sub(ARGV[2], 2)
+local stag
+for _, m in ipairs(got) do
+  if byte(m, 1) ~= 35 then break end
+  local v, p = byte(m, 2) - 128, 3
+  if v == 127 then v, p = byte(m, 3) * 256 + byte(m, 4), 5 end
+  if sub(m, p) == scene then
+    if v < 127 then stag = char(128 + v) else stag = char(255, floor(v / 256), v % 256) end
+  end
+end
+local gone, tats = {}, {}
 local counted = 0
-if stag then counted = redis.call('ZREM', key, stag .. id) end
-redis.call('ZREM', key, CAP .. id)
+for _, m in ipairs(got) do
+  local b = byte(m, 1)
+  if b == 128 and sub(m, 8) == id then
+    gone[#gone + 1] = m
+  elseif stag and b >= 129 and sub(m, 1, #stag) == stag and sub(m, #stag + 7) == id then
+    gone[#gone + 1] = m
+    counted = 1
+  elseif b == 103 then
+    tats[sub(m, 1, #m - 6)] = m
+  end
+end
+if #gone > 0 then redis.call('ZREM', key, unpack(gone)) end
 if legacy then
   counted = math.max(counted, redis.call('ZREM', KEYS[2], id))
   redis.call('ZREM', KEYS[3], id)
@@ -37,19 +69,18 @@ local k = 4
 for i = 3, 4 do
   local every = tonumber(ARGV[i])
   if every > 0 then
-    local m = 'g' .. CAP
-    if i == 3 then m = stag and 'g' .. stag end
-    local v = m and redis.call('ZSCORE', key, m)
-    if v then
-      local tat = tonumber(v) - every
-      if tat <= now then
-        redis.call('ZREM', key, m)
-      else
-        redis.call('ZADD', key, string.format('%d', tat), m)
+    local g = 'g' .. CAP
+    if i == 3 then g = stag and 'g' .. stag end
+    local m = g and tats[g]
+    if m then
+      local tat = msat(m, #g + 1) - every
+      redis.call('ZREM', key, m)
+      if tat > now then
+        redis.call('ZADD', key, '0', g .. ms(tat))
       end
     end
     if legacy then
-      v = redis.call('GET', KEYS[k])
+      local v = redis.call('GET', KEYS[k])
       if v then
         local tat = tonumber(v) - every
         if tat <= now then

@@ -18,17 +18,34 @@ func tagOf(t int) string {
 	return string([]byte{longByte, byte(t / 256), byte(t % 256)})
 }
 
-// Entries counts, in a recipient's key read whole (ZRANGE key 0 -1
-// WITHSCORES), the entries of scene's window, or with scene "" those of the
-// cap window, whatever their age: what the tests and the fault suite check
+// timeBytes is the length of the admission time (Unix ms, big-endian) a
+// window entry carries after its tag, and a TAT or the expiry after its name.
+const timeBytes = 6
+
+// sceneOf parses a scene tag member ('#' tag scene, see admit.lua) into
+// the tag's number and the scene; ok is false for any other member.
+func sceneOf(m string) (t int, scene string, ok bool) {
+	switch {
+	case len(m) >= 2 && m[0] == '#' && m[1] != longByte:
+		return int(m[1]) - capByte, m[2:], true
+	case len(m) >= 4 && m[0] == '#':
+		return int(m[2])*256 + int(m[3]), m[4:], true
+	}
+	return 0, "", false
+}
+
+// Entries counts, in a recipient's key read whole (ZRANGE key 0 -1, scores
+// or not), the entries of scene's window, or with scene "" those of the cap
+// window, whatever their age: what the tests and the fault suite check
 // against the audit log.
 func Entries(key []redis.Z, scene string) int {
 	prefix := string([]byte{capByte})
 	if scene != "" {
 		prefix = ""
 		for _, z := range key {
-			if z.Member == sceneTag(scene) {
-				prefix = tagOf(int(z.Score))
+			m, _ := z.Member.(string)
+			if t, name, ok := sceneOf(m); ok && name == scene {
+				prefix = tagOf(t)
 			}
 		}
 		if prefix == "" {
@@ -38,11 +55,40 @@ func Entries(key []redis.Z, scene string) int {
 	n := 0
 	for _, z := range key {
 		m, _ := z.Member.(string)
-		if len(m) == len(prefix)+memberBytes && m[:len(prefix)] == prefix {
+		if len(m) == len(prefix)+timeBytes+memberBytes && m[:len(prefix)] == prefix {
 			n++
 		}
 	}
 	return n
+}
+
+// TAT returns the theoretical arrival time (Unix ms) of the rate limit of
+// scene, or with scene "" of the caps, in a recipient's key read whole; ok
+// is false when the key holds none.
+func TAT(key []redis.Z, scene string) (tat int64, ok bool) {
+	prefix := "g" + string([]byte{capByte})
+	if scene != "" {
+		prefix = ""
+		for _, z := range key {
+			m, _ := z.Member.(string)
+			if t, name, ok := sceneOf(m); ok && name == scene {
+				prefix = "g" + tagOf(t)
+			}
+		}
+		if prefix == "" {
+			return 0, false
+		}
+	}
+	for _, z := range key {
+		m, _ := z.Member.(string)
+		if len(m) == len(prefix)+timeBytes && m[:len(prefix)] == prefix {
+			for i := len(prefix); i < len(m); i++ {
+				tat = tat<<8 | int64(m[i])
+			}
+			return tat, true
+		}
+	}
+	return 0, false
 }
 
 // Windows counts what a recipient's key read whole holds, as the layout
@@ -55,10 +101,10 @@ func Windows(key []redis.Z) int {
 	}
 	for _, z := range key {
 		m, _ := z.Member.(string)
-		switch {
-		case len(m) > 1 && m[0] == '#' && Entries(key, m[1:]) > 0:
+		if _, scene, ok := sceneOf(m); ok && Entries(key, scene) > 0 {
 			n++
-		case len(m) > 1 && m[0] == 'g':
+		}
+		if len(m) > 1 && m[0] == 'g' {
 			n++
 		}
 	}
