@@ -111,8 +111,29 @@ func openNATS(ctx context.Context, c *config, log *slog.Logger, closers *closeSt
 	if err != nil {
 		return nil, "", err
 	}
-	closers.push("nats", func() error { return nc.Drain() })
+	closers.push("nats", func() error { return drainConn(nc, natsDrainWait) })
 	return nc, name, nil
+}
+
+// natsDrainWait bounds how long closing waits for the connection's drain.
+const natsDrainWait = 10 * time.Second
+
+// drainConn drains nc and waits until it is closed, at most wait: Drain
+// only starts the drain, and a process that exits before it ends loses the
+// acks still in the connection's buffer, leaving messages it handled to be
+// redelivered after the ack wait.
+func drainConn(nc *nats.Conn, wait time.Duration) error {
+	if err := nc.Drain(); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(wait)
+	for !nc.IsClosed() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nats: the drain did not end within %v; unflushed acks will be redelivered", wait)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
 }
 
 // retryStart retries a dependency that is not up yet, so the gate can
