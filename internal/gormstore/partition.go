@@ -124,14 +124,17 @@ type partition struct {
 	hasHigh bool
 }
 
-// partitions lists t's partitions.
+// partitions lists t's partitions: the legacy one first, then by their
+// lower bound, and the default one last, so that retention goes oldest
+// first and does the same on every run.
 func (s *Store) partitions(ctx context.Context, t partTable) ([]partition, error) {
 	rows, err := s.sqlDB.QueryContext(ctx, `SELECT c.relname, b = 'DEFAULT',
 	(regexp_match(b, 'FROM \(''([^'']+)''\)'))[1]::timestamptz,
 	(regexp_match(b, 'TO \(''([^'']+)''\)'))[1]::timestamptz
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid,
 	LATERAL pg_get_expr(c.relpartbound, c.oid) AS b
-WHERE i.inhparent = to_regclass($1)`, t.name)
+WHERE i.inhparent = to_regclass($1)
+ORDER BY b = 'DEFAULT', 3 NULLS FIRST, c.relname`, t.name)
 	if err != nil {
 		return nil, err
 	}
