@@ -23,20 +23,44 @@ import (
 // insertion), and then confirm the row in the WAL: with the joins, that was
 // a quarter of the server's CPU per record (perf, BenchmarkCommit500).
 //
-// The ledger rows go first: the audit rows and the queue rows wait on
-// ledgered (a one-time filter, always true), and the counter and held rows
-// on the queue rows. So concurrent commits meet first on the keys' locks,
+// The ledger rows go first: the other rows wait on ledgered (a one-time
+// filter, true unless commitAtOnce found a key held), and the counter and
+// held rows on the queue rows too. So concurrent commits meet first on the keys' locks,
 // in hash order, and take queue rows before counter and held rows, as
 // Settle does.
-var commitFresh = freshStatement(new(paramSeq))
+var commitFresh = freshStatement(new(paramSeq), false)
+
+// commitAtOnce is commitFresh for a batch not yet known to be fresh: it
+// first counts the keys of $1 the ledger holds (hits), and writes
+// nothing unless that count is 0. It returns the count and the number of
+// ledger rows written. Sent in one pipeline after claimLocks, it is the
+// whole commit in one round trip (commitOnPostgres).
+var commitAtOnce = freshStatement(new(paramSeq), true)
+
+// commitAtOnceName is the name commitAtOnce is prepared under on each
+// connection: one constant text, so one plan to keep per backend.
+const commitAtOnceName = "gate_commit_at_once"
 
 // freshStatement is the text of commitFresh, its parameters numbered in the
-// order of commitColumns.freshArgs.
-func freshStatement(p *paramSeq) string {
+// order of commitColumns.freshArgs; atOnce makes it commitAtOnce.
+func freshStatement(p *paramSeq, atOnce bool) string {
 	const first = ` WHERE (SELECT n FROM ledgered) > 0`
-	return `WITH claimed AS (
+	var hits, claimIf, counted, last string
+	if atOnce {
+		hits = `hits AS (
+	SELECT count(*) AS n FROM unnest($1::text[]) AS k(k)
+	CROSS JOIN LATERAL (SELECT 1 FROM decisions WHERE "key" = k.k LIMIT 1) AS d
+), `
+		claimIf = ` WHERE (SELECT n FROM hits) = 0`
+		counted = `, counted AS (
+`
+		last = `
+)
+SELECT (SELECT n FROM hits), (SELECT n FROM ledgered)`
+	}
+	q := `WITH ` + hits + `claimed AS (
 	INSERT INTO decisions (` + claimColumns + `)
-	SELECT ` + p.unnests("", claimTypes...) + `
+	SELECT ` + p.unnests("", claimTypes...) + claimIf + `
 	RETURNING 1
 ), ledgered AS (
 	SELECT count(*) AS n FROM claimed
@@ -48,14 +72,19 @@ func freshStatement(p *paramSeq) string {
 	SELECT ` + p.unnests(heldColumns, heldTypes...) + `
 ), ` + queueRows(first) + `, kept AS (
 	INSERT INTO held (` + heldColumns + `)
-	SELECT ` + heldColumns + ` FROM holds, queues_locked
+	SELECT ` + heldColumns + ` FROM holds, queues_locked` + first + `
 	ORDER BY recipient COLLATE "C", queue COLLATE "C", seq, message_id COLLATE "C"
-)
-INSERT INTO scene_counters (scene, hour, ` + eachCounter("%s", ", ") + `)
+)` + counted
+	if !atOnce {
+		q += `
+`
+	}
+	q += `INSERT INTO scene_counters (scene, hour, ` + eachCounter("%s", ", ") + `)
 SELECT scene, hour, ` + eachCounter("%s", ", ") + `
 FROM unnest(` + p.arrays(append([]string{"text", "timestamptz"}, slices.Repeat([]string{"bigint"}, gate.NumCounters)...)...) + `)
-	AS c(scene, hour, ` + eachCounter("%s", ", ") + `), queues_locked
-ORDER BY scene COLLATE "C", hour` + addCounts
+	AS c(scene, hour, ` + eachCounter("%s", ", ") + `), queues_locked` + first + `
+ORDER BY scene COLLATE "C", hour` + addCounts + last
+	return q
 }
 
 // unnests is "unnest($n::t1[]) AS name1, unnest($n+1::t2[]) AS name2, …",

@@ -112,6 +112,65 @@ func TestClaimAcrossPartitionBoundary(t *testing.T) {
 	}
 }
 
+// TestClaimAtOnceWaitsForTheLock makes two gates claim one id across a
+// partition boundary in one round trip each (commitAtOnceOnPostgres) while
+// a third session holds the id's claim lock: both wait, and once the lock
+// goes, the second must see the first's row. A claim whose lookup took its
+// snapshot before it waited (the lock and the lookup in one statement)
+// would miss that row, and both would claim.
+func TestClaimAtOnceWaitsForTheLock(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.PostgresSchemaURL(t)
+	opts := func(app string) Options {
+		return Options{DatabaseURL: withApplicationName(t, url, app), PartitionWidth: MinPartitionWidth, LedgerRetention: MinPartitionWidth}
+	}
+	a, b := MustOpen(t, opts("claim-a")), MustOpen(t, opts("claim-b"))
+	holder, err := a.sqlDB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	boundary := floorTo(time.Now(), MinPartitionWidth).Add(MinPartitionWidth)
+	const lockOf = `hashtextextended(coalesce(current_schema(), '') || ':k:' || $1, 27)`
+	for round := range 3 {
+		key := fmt.Sprintf("waits-%d", round)
+		if _, err := holder.ExecContext(ctx, `SELECT pg_advisory_lock(`+lockOf+`)`, key); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var knownA, knownB []string
+		var errA, errB error
+		wg.Go(func() {
+			knownA, errA = a.Commit(ctx, []gate.Record{record(key, "disk", gate.OutcomeForward, boundary.Add(-time.Microsecond))})
+		})
+		wg.Go(func() {
+			knownB, errB = b.Commit(ctx, []gate.Record{record(key, "disk", gate.OutcomeForward, boundary.Add(time.Microsecond))})
+		})
+		for _, app := range []string{"claim-a", "claim-b"} {
+			if err := waitForLockWait(ctx, a, app); err != nil {
+				t.Fatalf("round %d: %s: %v", round, app, err)
+			}
+		}
+		if _, err := holder.ExecContext(ctx, `SELECT pg_advisory_unlock(`+lockOf+`)`, key); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if errA != nil || errB != nil {
+			t.Fatalf("round %d: commits: %v, %v", round, errA, errB)
+		}
+		won := 0
+		if !slices.Contains(knownA, key) {
+			won++
+		}
+		if !slices.Contains(knownB, key) {
+			won++
+		}
+		if parts := partitionOf(t, a, "decisions", `"key"`, key); won != 1 || len(parts) != 1 {
+			t.Fatalf("round %d: %d gates claimed %s, ledger rows in %v; want exactly one", round, won, key, parts)
+		}
+	}
+}
+
 // TestPrunePartitionsPostgres prunes, at a time ahead, partitions the gate
 // made ahead: every partition wholly past retention is dropped, not deleted
 // from, and partitions are made ahead again.
