@@ -341,7 +341,7 @@ func (r *runner) run(ctx context.Context) (res runResult, err error) {
 
 	deferN := r.cfg.n + len(work.half.data)
 	if r.cfg.gates {
-		work.half = messages{}
+		work.half, work.fixed = messages{}, [len(work.fixed)]messages{}
 	}
 	r.logf("run %s: the gate", r.tag)
 	if res.gate, err = r.runGate(ctx, rs, work); err != nil {

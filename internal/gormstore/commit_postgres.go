@@ -110,12 +110,12 @@ func (p *paramSeq) arrays(types ...string) string {
 	return strings.Join(parts, ", ")
 }
 
-// decidedOnPostgres is Decided in one statement of constant text. It is
-// planned anew each time (pgx's exec mode), never from a cached generic plan:
-// one made while the ledger was still small scans the whole table, and the
-// ledger grows by every message.
+// decidedOnPostgres is Decided in one statement of constant text, prepared
+// once per connection: its plan probes each key's index whatever the
+// statistics, so a generic plan made while the ledger was small serves as
+// well once it is large.
 func (s *Store) decidedOnPostgres(ctx context.Context, keys []string) (map[string]gate.Prior, error) {
-	rows, err := s.sqlDB.QueryContext(ctx, decidedPostgres, pgx.QueryExecModeExec, keys)
+	rows, err := s.sqlDB.QueryContext(ctx, decidedPostgres, pgx.QueryExecModeCacheStatement, keys)
 	if err != nil {
 		return nil, classify("decided", err)
 	}
@@ -215,7 +215,7 @@ func (s *Store) commitByStatement(ctx context.Context, recs []gate.Record) (clai
 		return nil, fmt.Errorf("lock %d keys: %w", n, err)
 	}
 	held := make(map[string]bool)
-	rows, err := tx.QueryContext(ctx, claimedKeys, pgx.QueryExecModeExec, keys)
+	rows, err := tx.QueryContext(ctx, claimedKeys, pgx.QueryExecModeCacheStatement, keys)
 	if err != nil {
 		return nil, fmt.Errorf("read %d keys: %w", n, err)
 	}

@@ -229,7 +229,7 @@ func (s *Store) waitingOnPostgres(ctx context.Context, queues []gate.Queue, wait
 	for i, q := range queues {
 		recipients[i], names[i] = q.Recipient, q.Name
 	}
-	rows, err := s.sqlDB.QueryContext(ctx, waitingPostgres, pgx.QueryExecModeExec, recipients, names)
+	rows, err := s.sqlDB.QueryContext(ctx, waitingPostgres, pgx.QueryExecModeCacheStatement, recipients, names)
 	if err != nil {
 		return err
 	}
