@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"gorm.io/gorm"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -40,21 +40,7 @@ func (s *Store) Answers(ctx context.Context, ids []string) (map[string]gate.Stor
 	if len(ids) == 0 {
 		return out, nil
 	}
-	// One row per id whatever is found: each id joined to each table.
-	var q strings.Builder
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		if i > 0 {
-			q.WriteString(" UNION ALL ")
-		}
-		q.WriteString("SELECT CAST(? AS text) AS k")
-		args[i] = id
-	}
-	rows, err := s.db.WithContext(ctx).Raw(`SELECT q.k, a.answer, d.outcome, d.decided_at, d.scene, d.recipient
-FROM (`+q.String()+`) q
-LEFT JOIN check_answers a ON a.id = q.k
-LEFT JOIN decisions d ON d."key" = q.k
-ORDER BY a.decided_at DESC`, args...).Rows()
+	rows, err := s.dialect.answers(s, ctx, ids)
 	if err != nil {
 		return nil, classify(op, err)
 	}
@@ -90,6 +76,38 @@ ORDER BY a.decided_at DESC`, args...).Rows()
 	return out, nil
 }
 
+// answersInOne is Answers' statement on SQLite: one row per id whatever is
+// found, each id joined to each table, the oldest answer last.
+func (s *Store) answersInOne(ctx context.Context, ids []string) (*sql.Rows, error) {
+	var q strings.Builder
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		if i > 0 {
+			q.WriteString(" UNION ALL ")
+		}
+		q.WriteString("SELECT CAST(? AS text) AS k")
+		args[i] = id
+	}
+	return s.db.WithContext(ctx).Raw(`SELECT q.k, a.answer, d.outcome, d.decided_at, d.scene, d.recipient
+FROM (`+q.String()+`) q
+LEFT JOIN check_answers a ON a.id = q.k
+LEFT JOIN decisions d ON d."key" = q.k
+ORDER BY a.decided_at DESC`, args...).Rows()
+}
+
+// answersPostgres is Answers' statement on PostgreSQL: one row per id, its
+// first answer and its ledger row, each found by one index probe per
+// partition (LATERAL, LIMIT 1). Joined to a list of constants instead, a
+// batch of ids was planned as a parallel scan of every partition.
+const answersPostgres = `SELECT k.k, a.answer, d.outcome, d.decided_at, d.scene, d.recipient
+FROM unnest($1::text[]) AS k(k)
+LEFT JOIN LATERAL (SELECT answer FROM check_answers WHERE id = k.k ORDER BY decided_at LIMIT 1) AS a ON true
+LEFT JOIN LATERAL (SELECT outcome, decided_at, scene, recipient FROM decisions WHERE "key" = k.k LIMIT 1) AS d ON true`
+
+func (s *Store) answersOnPostgres(ctx context.Context, ids []string) (*sql.Rows, error) {
+	return s.sqlDB.QueryContext(ctx, answersPostgres, pgx.QueryExecModeCacheStatement, ids)
+}
+
 // Save stores a as the answer to the check of id, unless one is stored
 // already: the first answer stays. Errors are as Answer's.
 func (s *Store) Save(ctx context.Context, id string, a gate.CheckAnswer) error {
@@ -108,55 +126,85 @@ const saveRows = 200
 func (s *Store) SaveAll(ctx context.Context, answers map[string]gate.CheckAnswer) error {
 	const op = "save check answers"
 	ids := slices.Sorted(maps.Keys(answers))
+	if s.partitioned {
+		return s.saveOnPostgres(ctx, ids, answers)
+	}
 	for part := range slices.Chunk(ids, saveRows) {
 		var q strings.Builder
-		row := "(?, ?, ?)"
-		if s.partitioned {
-			// No unique index holds an id across partitions: an id is
-			// written unless one is stored, and of two gates saving it at
-			// once Answers reads the older.
-			q.WriteString("INSERT INTO check_answers (id, answer, decided_at) SELECT * FROM (VALUES ")
-			row = "(CAST(? AS text), CAST(? AS text), CAST(? AS timestamptz))"
-		} else {
-			q.WriteString("INSERT INTO check_answers (id, answer, decided_at) VALUES ")
-		}
+		q.WriteString("INSERT INTO check_answers (id, answer, decided_at) VALUES ")
 		args := make([]any, 0, 3*len(part))
 		for i, id := range part {
-			a := answers[id]
-			b, err := json.Marshal(a)
+			b, at, err := answerRow(answers[id])
 			if err != nil {
-				return fmt.Errorf("%s: %w: %w", op, gate.ErrPermanent, err)
-			}
-			at := a.DecidedAt
-			if at.IsZero() {
-				at = time.Now()
+				return fmt.Errorf("%s: %w", op, err)
 			}
 			if i > 0 {
 				q.WriteString(", ")
 			}
-			q.WriteString(row)
-			args = append(args, id, string(b), s.dbTime(at))
+			q.WriteString("(?, ?, ?)")
+			args = append(args, id, b, s.dbTime(at))
 		}
-		if s.partitioned {
-			q.WriteString(") AS v(id, answer, decided_at) WHERE NOT EXISTS (SELECT 1 FROM check_answers a WHERE a.id = v.id)")
-		} else {
-			q.WriteString(" ON CONFLICT (id) DO NOTHING")
-		}
-		if !s.partitioned {
-			if err := s.db.WithContext(ctx).Exec(q.String(), args...).Error; err != nil {
-				return classify(op, err)
-			}
-			continue
-		}
-		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			if _, err := tx.Statement.ConnPool.ExecContext(ctx, answerLocks, part); err != nil {
-				return err
-			}
-			return tx.Exec(q.String(), args...).Error
-		})
-		if err != nil {
+		q.WriteString(" ON CONFLICT (id) DO NOTHING")
+		if err := s.db.WithContext(ctx).Exec(q.String(), args...).Error; err != nil {
 			return classify(op, err)
 		}
+	}
+	return nil
+}
+
+// answerRow is what check_answers keeps of a: its JSON, and its decision
+// time (now when a has none).
+func answerRow(a gate.CheckAnswer) (string, time.Time, error) {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("%w: %w", gate.ErrPermanent, err)
+	}
+	at := a.DecidedAt
+	if at.IsZero() {
+		at = time.Now()
+	}
+	return string(b), at.UTC().Truncate(time.Microsecond), nil
+}
+
+// saveAnswers writes the answers of $1 (ids, sorted), $2 and $3 whose id
+// has no answer in any partition; each id is looked up by one index probe
+// per partition (LATERAL, LIMIT 1).
+const (
+	saveAnswers = `INSERT INTO check_answers (id, answer, decided_at)
+SELECT v.id, v.answer, v.decided_at FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS v(id, answer, decided_at)
+LEFT JOIN LATERAL (SELECT true AS found FROM check_answers a WHERE a.id = v.id LIMIT 1) AS x ON true
+WHERE x.found IS NULL
+ORDER BY v.id`
+	saveAnswersName = "gate_save_answers"
+)
+
+// saveOnPostgres is SaveAll on partitioned tables, where no unique index
+// holds an id across partitions: it takes the answer lock of each id, then
+// writes those with no answer stored, in one pipeline (one round trip, one
+// implicit transaction; the second statement's snapshot comes after the
+// locks, as in commitAtOnceOnPostgres). Of two gates saving an id at once,
+// the second finds the first's answer.
+func (s *Store) saveOnPostgres(ctx context.Context, ids []string, answers map[string]gate.CheckAnswer) error {
+	const op = "save check answers"
+	texts, ats := make([]string, len(ids)), make([]time.Time, len(ids))
+	for i, id := range ids {
+		var err error
+		if texts[i], ats[i], err = answerRow(answers[id]); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	b := new(pgx.Batch)
+	b.Queue(answerLocks, ids)
+	b.Queue(saveAnswersName, ids, texts, ats)
+	err := s.inOnePipeline(ctx, b, map[string]string{saveAnswersName: saveAnswers}, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		_, err := br.Exec()
+		return err
+	})
+	if err != nil {
+		return classify(op, err)
 	}
 	return nil
 }

@@ -157,25 +157,14 @@ func (s *Store) commitAtOnceOnPostgres(ctx context.Context, recs []gate.Record) 
 	n := len(recs)
 	cols := columnsOf(recs, s.redact)
 	var hits, wrote int64
-	conn, err := s.sqlDB.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	err = conn.Raw(func(driverConn any) error {
-		pc := driverConn.(*stdlib.Conn).Conn()
-		if _, err := pc.Prepare(ctx, commitAtOnceName, commitAtOnce); err != nil {
-			return fmt.Errorf("prepare the commit: %w", err)
+	b := new(pgx.Batch)
+	b.Queue(claimLocks, cols.keys)
+	b.Queue(commitAtOnceName, cols.freshArgs()...)
+	err := s.inOnePipeline(ctx, b, map[string]string{commitAtOnceName: commitAtOnce}, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
 		}
-		b := new(pgx.Batch)
-		b.Queue(claimLocks, cols.keys)
-		b.Queue(commitAtOnceName, cols.freshArgs()...)
-		br := pc.SendBatch(ctx, b)
-		_, err := br.Exec()
-		if err == nil {
-			err = br.QueryRow().Scan(&hits, &wrote)
-		}
-		return errors.Join(err, br.Close())
+		return br.QueryRow().Scan(&hits, &wrote)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("lock, claim, audit and count %d records: %w", n, err)
@@ -191,6 +180,29 @@ func (s *Store) commitAtOnceOnPostgres(ctx context.Context, recs []gate.Record) 
 		claimed[r.Key] = true
 	}
 	return claimed, nil
+}
+
+// inOnePipeline sends b's statements in one pipeline on one connection, so
+// that PostgreSQL runs them as one implicit transaction, in one round trip,
+// and read reads their results in order. named are statements (name to
+// text) to prepare on the connection first, once per connection: b may
+// queue them by name.
+func (s *Store) inOnePipeline(ctx context.Context, b *pgx.Batch, named map[string]string, read func(pgx.BatchResults) error) error {
+	conn, err := s.sqlDB.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Raw(func(driverConn any) error {
+		pc := driverConn.(*stdlib.Conn).Conn()
+		for name, text := range named {
+			if _, err := pc.Prepare(ctx, name, text); err != nil {
+				return fmt.Errorf("prepare %s: %w", name, err)
+			}
+		}
+		br := pc.SendBatch(ctx, b)
+		return errors.Join(read(br), br.Close())
+	})
 }
 
 // commitByStatement is commitOnPostgres one statement at a time: it locks

@@ -59,6 +59,8 @@ type dialect struct {
 	decided func(s *Store, ctx context.Context, keys []string) (map[string]gate.Prior, error)
 	commit  func(s *Store, ctx context.Context, recs []gate.Record) (map[string]bool, error)
 	waiting func(s *Store, ctx context.Context, queues []gate.Queue, into map[gate.Queue]bool) error
+	// answers runs the statement of Answers.
+	answers func(s *Store, ctx context.Context, ids []string) (*sql.Rows, error)
 	// pool sizes the connection pool.
 	pool func(db *sql.DB)
 	// openFailed classifies an error of gorm.Open.
@@ -90,6 +92,7 @@ var (
 		decided:    (*Store).decidedOnPostgres,
 		commit:     (*Store).commitOnPostgres,
 		waiting:    (*Store).waitingOnPostgres,
+		answers:    (*Store).answersOnPostgres,
 		pool: func(db *sql.DB) {
 			// A gate talks to PostgreSQL from several goroutines at once: two
 			// batches committing, a batch's Waiting or Decided lookup, the
@@ -123,6 +126,7 @@ var (
 		decided:   (*Store).decidedInChunks,
 		commit:    (*Store).commitInTransaction,
 		waiting:   (*Store).waitingInChunks,
+		answers:   (*Store).answersInOne,
 		pool: func(db *sql.DB) {
 			// SQLite has one writer; a single connection queues writers in
 			// process instead of making them spin on SQLITE_BUSY.
