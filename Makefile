@@ -2,7 +2,7 @@
 #   make run    the gate on its embedded defaults: nothing to install
 #   make test   starts the real services the tests need, then runs every test
 #   make bench  throughput against the machine's ceilings, and Go benchmarks
-#   make bench-check  latency of the check API
+#   make bench-check  latency and CPU of the check API, beside envoy ratelimit
 #   make soak   the gate for 30 minutes at 1,000 requests/s: does anything grow?
 #   make bench-scale  gate CPU per message with 1, 2 and 3 gates on a NATS cluster
 #   make lint   go vet + staticcheck
@@ -84,12 +84,16 @@ bench: build
 	$(GO) run ./bench/gatebench -gate-bin $(BIN) -nats-bin bin/nats-server
 
 # Latency of the check API (POST /v1/check and gate.check) on Redis and
-# PostgreSQL, at 1,000 checks/s and at the highest rate the gate sustains
-# (docs/benchmarks.md, "The check API"). About a minute per transport.
+# PostgreSQL, at 1,000 checks/s and at the highest rate the gate sustains,
+# beside envoyproxy/ratelimit on the same Redis, built from its own module
+# in bench/envoyrl so that the gate's go.mod does not take its dependencies
+# (docs/benchmarks.md, "The check API"). GATE_BENCH_RUNS rounds (3), the
+# sides in turn; about three minutes a round.
 bench-check: build
 	@$(call with_services,services.sh); \
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nats-server github.com/nats-io/nats-server/v2; \
-	$(GO) run ./bench/gatebench -check -gate-bin $(BIN) -nats-bin bin/nats-server
+	(cd bench/envoyrl && CGO_ENABLED=0 $(GO) build -trimpath -o ../../bin/envoy-ratelimit github.com/envoyproxy/ratelimit/src/service_cmd); \
+	$(GO) run ./bench/gatebench -check -gate-bin $(BIN) -nats-bin bin/nats-server -envoy-bin bin/envoy-ratelimit
 
 # The soak (docs/benchmarks.md, "The soak"): the gate on nats-server, a
 # redis-server of its own and PostgreSQL for GATE_SOAK_DURATION (30m) at

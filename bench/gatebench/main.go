@@ -45,6 +45,7 @@ type config struct {
 	keep                                 bool
 	headers                              bool   // publish with the header fast path's headers
 	check                                bool   // measure the check API instead (check.go)
+	envoyBin                             string // -envoy-bin: envoy's ratelimit, the check benchmark's peer (envoy.go)
 	forward                              bool   // measure nats-server's cost of the forward instead (forward.go)
 	gates                                bool   // only the two gates at full speed: suppressing, then deferring
 	profile                              string // where the first run's gate writes a CPU profile (profile.go)
@@ -105,7 +106,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.moreGateEnv, "gate-env", env("GATE_BENCH_GATE_ENV", ""), "more settings of the gate process alone, comma-separated KEY=VALUE (GOGC=200,GATE_BATCH=128), to compare two settings run after run (GATE_BENCH_GATE_ENV)")
 	fs.BoolVar(&c.forward, "forward", false, "measure nats-server's CPU per forwarded message instead: GATE_OUT's writes with and without de-duplication, PubAcks and atomic batches, and the duplicate window's memory (needs only -nats-bin)")
 	fs.BoolVar(&c.gates, "gates", getenv("GATE_BENCH_GATES") == "1", "run only the two gates at full speed, suppressing then deferring (no half rate, ceilings, seed or memory), to compare the deferring row of two gate binaries quickly; the other figures read 0 (GATE_BENCH_GATES=1)")
-	fs.BoolVar(&c.check, "check", false, "measure the latency of POST /v1/check and gate.check instead, at 1,000 checks/s and at the highest rate sustained (make bench-check)")
+	fs.BoolVar(&c.check, "check", false, "measure the latency and CPU of POST /v1/check and gate.check instead, at 1,000 checks/s and at the highest rate sustained, beside envoy's ratelimit when -envoy-bin is given; -runs rounds, the sides in turn (make bench-check)")
+	fs.StringVar(&c.envoyBin, "envoy-bin", env("GATE_BENCH_ENVOY_BIN", ""), "envoyproxy/ratelimit's server binary, measured beside the gate by -check (make bench-check builds it from bench/envoyrl); empty: the gate alone (GATE_BENCH_ENVOY_BIN)")
 	envDuration := func(key string, def time.Duration) time.Duration {
 		d, err := time.ParseDuration(env(key, ""))
 		if err != nil {

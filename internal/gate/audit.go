@@ -83,6 +83,10 @@ type Record struct {
 	Suppression *Suppression
 	// Hold is the message to hold, for defer and digest outcomes.
 	Hold *Held
+	// Answer is a check's answer, for an audit log that keeps the answers
+	// of its checks (AnswersWithClaims): stored with the claim, in its
+	// transaction, when the claim is new and no answer to the id is stored.
+	Answer *CheckAnswer
 }
 
 // RecordOf is the record of decision d on message m, delivered as the

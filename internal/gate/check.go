@@ -171,6 +171,16 @@ func CheckRecord(m Message, d Decision, rulesVersion string) Record {
 	return RecordOf(m.ID, m, d.WithoutHold(), 0, rulesVersion)
 }
 
+// AnswersWithClaims is an AuditLog that is also the CheckAnswers of its
+// checks: Commit stores a record's Answer with its claim, in one
+// transaction, so that a check's answer is durable exactly when its
+// decision is, and saving it costs no call of its own.
+type AnswersWithClaims interface {
+	AuditLog
+	CheckAnswers
+	StoresAnswersWithClaims()
+}
+
 // CheckAnswers keeps the first answer to every checked id, beside the
 // ledger, for as long as the ledger keeps the id.
 //

@@ -108,6 +108,15 @@ func (s *Store) commitInTransaction(ctx context.Context, recs []gate.Record) (cl
 		if err := s.insertHeld(tx, fresh); err != nil {
 			return err
 		}
+		var answers answerColumns
+		for _, r := range fresh {
+			if r.Answer != nil {
+				answers.add(r)
+			}
+		}
+		if err := s.insertAnswers(tx, answers); err != nil {
+			return err
+		}
 		return s.addCounts(tx, fresh)
 	})
 	return claimed, err
@@ -132,6 +141,11 @@ func uniqueRecords(recs []gate.Record) ([]gate.Record, error) {
 		}
 		if err := checkHold(r); err != nil {
 			return nil, fmt.Errorf("record %d (%s): %w: %w", i, r.Key, gate.ErrBadRequest, err)
+		}
+		if r.Answer != nil {
+			if _, _, err := answerRow(*r.Answer); err != nil {
+				return nil, fmt.Errorf("record %d (%s): %w: its answer: %w", i, r.Key, gate.ErrBadRequest, err)
+			}
 		}
 	}
 	out := slices.Clone(recs)

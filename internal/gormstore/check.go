@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"gorm.io/gorm"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -130,27 +131,31 @@ const saveRows = 200
 func (s *Store) SaveAll(ctx context.Context, answers map[string]gate.CheckAnswer) error {
 	const op = "save check answers"
 	ids := slices.Sorted(maps.Keys(answers))
-	if s.partitioned {
-		return s.saveOnPostgres(ctx, ids, answers)
+	c, err := answersOf(ids, answers)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
 	}
-	for part := range slices.Chunk(ids, saveRows) {
-		var q strings.Builder
-		q.WriteString("INSERT INTO check_answers (id, answer, decided_at) VALUES ")
-		args := make([]any, 0, 3*len(part))
-		for i, id := range part {
-			b, at, err := answerRow(answers[id])
-			if err != nil {
-				return fmt.Errorf("%s: %w", op, err)
-			}
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			q.WriteString("(?, ?, ?)")
-			args = append(args, id, b, s.dbTime(at))
+	if s.partitioned {
+		return s.saveOnPostgres(ctx, c)
+	}
+	if err := s.insertAnswers(s.db.WithContext(ctx), c); err != nil {
+		return classify(op, err)
+	}
+	return nil
+}
+
+// insertAnswers writes c's answers on an unpartitioned table, in one INSERT
+// per saveRows: an id with an answer stored already keeps it.
+func (s *Store) insertAnswers(db *gorm.DB, c answerColumns) error {
+	for lo := 0; lo < len(c.ids); lo += saveRows {
+		hi := min(lo+saveRows, len(c.ids))
+		args := make([]any, 0, 3*(hi-lo))
+		for i := lo; i < hi; i++ {
+			args = append(args, c.ids[i], c.texts[i], s.dbTime(c.ats[i]))
 		}
-		q.WriteString(" ON CONFLICT (id) DO NOTHING")
-		if err := s.db.WithContext(ctx).Exec(q.String(), args...).Error; err != nil {
-			return classify(op, err)
+		err := db.Exec(multiRow("INSERT INTO check_answers (id, answer, decided_at)", 3, hi-lo)+" ON CONFLICT (id) DO NOTHING", args...).Error
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -170,17 +175,41 @@ func answerRow(a gate.CheckAnswer) (string, time.Time, error) {
 	return string(b), at.UTC().Truncate(time.Microsecond), nil
 }
 
+// answerUnlessStored ends a SELECT of answers v whose id has none stored
+// in any partition: each id is looked up by one index probe per partition
+// (LATERAL, LIMIT 1).
+const answerUnlessStored = `LEFT JOIN LATERAL (SELECT true AS found FROM check_answers a WHERE a.id = v.id LIMIT 1) AS x ON true
+	WHERE x.found IS NULL`
+
 // saveAnswers writes the answers of $1 (ids, sorted), $2 and $3 whose id
-// has no answer in any partition; each id is looked up by one index probe
-// per partition (LATERAL, LIMIT 1).
+// has no answer stored.
 const (
 	saveAnswers = `INSERT INTO check_answers (id, answer, decided_at)
 SELECT v.id, v.answer, v.decided_at FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS v(id, answer, decided_at)
-LEFT JOIN LATERAL (SELECT true AS found FROM check_answers a WHERE a.id = v.id LIMIT 1) AS x ON true
-WHERE x.found IS NULL
+` + answerUnlessStored + `
 ORDER BY v.id`
 	saveAnswersName = "gate_save_answers"
 )
+
+// StoresAnswersWithClaims says that Commit stores each record's Answer
+// with its claim (gate.AnswersWithClaims): in commitAtOnce's and
+// commitFresh's statement on PostgreSQL, in commitInTransaction's
+// transaction on SQLite.
+func (s *Store) StoresAnswersWithClaims() {}
+
+var _ gate.AnswersWithClaims = (*Store)(nil)
+
+// answerColumns are the answers of a batch's records, column by column.
+type answerColumns struct {
+	ids, texts []string
+	ats        []time.Time
+}
+
+// add appends r's answer; uniqueRecords has checked that it encodes.
+func (c *answerColumns) add(r gate.Record) {
+	text, at, _ := answerRow(*r.Answer)
+	c.ids, c.texts, c.ats = append(c.ids, r.Key), append(c.texts, text), append(c.ats, at)
+}
 
 // saveOnPostgres is SaveAll on partitioned tables, where no unique index
 // holds an id across partitions: it takes the answer lock of each id, then
@@ -188,18 +217,10 @@ ORDER BY v.id`
 // implicit transaction; the second statement's snapshot comes after the
 // locks, as in commitAtOnceOnPostgres). Of two gates saving an id at once,
 // the second finds the first's answer.
-func (s *Store) saveOnPostgres(ctx context.Context, ids []string, answers map[string]gate.CheckAnswer) error {
-	const op = "save check answers"
-	texts, ats := make([]string, len(ids)), make([]time.Time, len(ids))
-	for i, id := range ids {
-		var err error
-		if texts[i], ats[i], err = answerRow(answers[id]); err != nil {
-			return fmt.Errorf("%s: %w", op, err)
-		}
-	}
+func (s *Store) saveOnPostgres(ctx context.Context, c answerColumns) error {
 	b := new(pgx.Batch)
-	b.Queue(answerLocks, ids)
-	b.Queue(saveAnswersName, ids, texts, ats)
+	b.Queue(answerLocks, c.ids)
+	b.Queue(saveAnswersName, c.ids, c.texts, c.ats)
 	err := s.inOnePipeline(ctx, b, map[string]string{saveAnswersName: saveAnswers}, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
@@ -208,9 +229,22 @@ func (s *Store) saveOnPostgres(ctx context.Context, ids []string, answers map[st
 		return err
 	})
 	if err != nil {
-		return classify(op, err)
+		return classify("save check answers", err)
 	}
 	return nil
+}
+
+// answersOf is answers (id to answer) column by column, in the order of ids.
+func answersOf(ids []string, answers map[string]gate.CheckAnswer) (answerColumns, error) {
+	var c answerColumns
+	for _, id := range ids {
+		text, at, err := answerRow(answers[id])
+		if err != nil {
+			return c, err
+		}
+		c.ids, c.texts, c.ats = append(c.ids, id), append(c.texts, text), append(c.ats, at)
+	}
+	return c, nil
 }
 
 // PruneCheckAnswers deletes the stored check answers older than the ledger's

@@ -25,6 +25,48 @@ func runCheckAnswers(t *testing.T, fresh freshFunc) {
 	t.Run("RefusedID", func(t *testing.T) { testCheckAnswerRefused(t, fresh) })
 	t.Run("SaveAll", func(t *testing.T) { testCheckAnswerSaveAll(t, fresh) })
 	t.Run("Answers", func(t *testing.T) { testCheckAnswersMany(t, fresh) })
+	t.Run("WithClaims", func(t *testing.T) { testCheckAnswerWithClaims(t, fresh) })
+}
+
+// testCheckAnswerWithClaims: a record's answer is stored by the Commit
+// that claims its id, in the same batch as records without one; a record
+// whose id the ledger holds stores nothing, and an answer saved before
+// the claim stays the first.
+func testCheckAnswerWithClaims(t *testing.T, fresh freshFunc) {
+	s := MustOpen(t, fresh(t))
+	ctx := context.Background()
+	first, later := checkAnswer(t0, 1), checkAnswer(t0.Add(time.Minute), 2)
+	if err := s.Save(ctx, "saved-before", first); err != nil {
+		t.Fatal(err)
+	}
+	with := func(key string, a gate.CheckAnswer) gate.Record {
+		r := record(key, "disk", gate.OutcomeSuppress, a.DecidedAt)
+		r.Answer = &a
+		return r
+	}
+	MustCommit(t, s, with("c1", first), record("m1", "disk", gate.OutcomeForward, t0), with("saved-before", later))
+	if known, err := s.Commit(ctx, []gate.Record{with("c1", later)}); err != nil || len(known) != 1 {
+		t.Fatalf("claiming c1 again: known %v, err %v; want c1 known", known, err)
+	}
+	got, err := s.Answers(ctx, []string{"c1", "m1", "saved-before"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := got["c1"]; !a.Found || !reflect.DeepEqual(a.Answer, first) || a.Prior.Outcome != gate.OutcomeSuppress {
+		t.Errorf("c1: got %+v; want the answer committed with its claim, %+v", a, first)
+	}
+	if a := got["m1"]; a.Found || a.Prior.Outcome != gate.OutcomeForward {
+		t.Errorf("m1 (no answer): got %+v; want its ledger outcome alone", a)
+	}
+	if a := got["saved-before"]; !a.Found || !reflect.DeepEqual(a.Answer, first) {
+		t.Errorf("saved-before: got %+v; want the answer saved first, %+v", a, first)
+	}
+	bad := with("bad", first)
+	far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	bad.Answer.NextAllowedAt = &far
+	if _, err := s.Commit(ctx, []gate.Record{bad}); !errors.Is(err, gate.ErrBadRequest) {
+		t.Errorf("an answer that cannot be encoded: got %v, want ErrBadRequest", err)
+	}
 }
 
 // testCheckAnswersMany: one lookup of many ids finds each one's answer and

@@ -74,6 +74,11 @@ SELECT (SELECT n FROM hits), (SELECT n FROM ledgered)`
 	INSERT INTO held (` + heldColumns + `)
 	SELECT ` + heldColumns + ` FROM holds, queues_locked` + first + `
 	ORDER BY recipient COLLATE "C", queue COLLATE "C", seq, message_id COLLATE "C"
+), answered AS (
+	INSERT INTO check_answers (id, answer, decided_at)
+	SELECT v.id, v.answer, v.decided_at FROM unnest(` + p.arrays("text", "text", "timestamptz") + `) AS v(id, answer, decided_at)
+	` + answerUnlessStored + ` AND (SELECT n FROM ledgered) > 0
+	ORDER BY v.id
 )` + counted
 	if !atOnce {
 		q += `
@@ -109,7 +114,7 @@ func (p *paramSeq) unnests(names string, types ...string) string {
 
 // freshArgs are the parameters of commitFresh: the ledger's columns, the
 // audit rows' and the held messages' (without the key the other statement
-// joins on), and the counters summed per (scene, hour). A held message
+// joins on), the checks' answers, and the counters summed per (scene, hour). A held message
 // whose audit row carries its very bytes gets an empty payload, as
 // commitPostgres's kept CTE gives it: here every audit row is written.
 func (c *commitColumns) freshArgs() []any {
@@ -133,6 +138,7 @@ func (c *commitColumns) freshArgs() []any {
 		held[len(held)-1] = payloads
 	}
 	args = append(args, held...)
+	args = append(args, nonNil(c.answers.ids), nonNil(c.answers.texts), nonNil(c.answers.ats))
 	var (
 		scenes = make([]string, 0, len(c.sums))
 		hours  = make([]time.Time, 0, len(c.sums))

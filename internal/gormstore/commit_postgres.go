@@ -303,6 +303,7 @@ type commitColumns struct {
 	sums                                                  hourSums
 	sup                                                   suppressionColumns
 	held                                                  heldArrays
+	answers                                               answerColumns
 }
 
 // columnsOf is recs column by column; redact keeps payloads out of the
@@ -324,6 +325,9 @@ func columnsOf(recs []gate.Record, redact bool) *commitColumns {
 		}
 		if r.Hold != nil {
 			c.held.add(r)
+		}
+		if r.Answer != nil {
+			c.answers.add(r)
 		}
 	}
 	return c

@@ -18,6 +18,9 @@ type Checker struct {
 	o    CheckOptions
 	core core
 	q    checkQueue
+	// withClaims: the audit log stores each answer with its claim
+	// (gate.AnswersWithClaims), so no save follows the commit.
+	withClaims bool
 }
 
 // ErrCheckStore marks a check the gate could not answer because a store did

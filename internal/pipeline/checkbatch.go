@@ -127,8 +127,9 @@ func (c *Checker) drain() {
 // decideBatch decides a batch of checks through the core, as Check decides
 // one, with one call to each store: one preferences lookup, one look at
 // the hold queues, one Admit (dry runs in it with DryRun set), one Commit
-// of the non-dry checks' records and one save of their answers. A panic (a
-// bug) fails the batch's checks, not the gate.
+// of the non-dry checks' records, with their answers when the audit log
+// keeps them (gate.AnswersWithClaims), else followed by one save of the
+// answers. A panic (a bug) fails the batch's checks, not the gate.
 func (c *Checker) decideBatch(batch []*checkItem) {
 	ctx, cancel := context.WithTimeout(context.Background(), checkBatchTimeout)
 	defer cancel()
@@ -153,9 +154,12 @@ func (c *Checker) decideBatch(batch []*checkItem) {
 	for i := range items {
 		if it := &items[i]; it.state == decided {
 			answers[i] = gate.AnswerOf(it.dec, it.res, rules.Version)
-			if it.dryRun {
+			switch {
+			case it.dryRun:
 				answers[i].DryRun = true
 				left[i].resolve(answers[i], nil)
+			case c.withClaims:
+				it.answer = &answers[i]
 			}
 		}
 	}
@@ -291,11 +295,18 @@ func (c *Checker) answerFirst(it *checkItem, tried int, taken []gate.AdmitReques
 }
 
 // save stores the answers of the checks that claimed their ids, in one call
-// when the store can (gate.CheckAnswersBatch), then answers them. A failure
-// to store leaves the ledger's outcome, which a second ask answers with
-// (PriorAnswer): the decisions stand either way.
+// when the store can (gate.CheckAnswersBatch), then answers them; when the
+// commit stored them with the claims (withClaims), it only answers. A
+// failure to store leaves the ledger's outcome, which a second ask answers
+// with (PriorAnswer): the decisions stand either way.
 func (c *Checker) save(ctx context.Context, left []*checkItem, answers []gate.CheckAnswer, claimed []int) {
 	if len(claimed) == 0 {
+		return
+	}
+	if c.withClaims { // committed with the claims
+		for _, i := range claimed {
+			left[i].resolve(answers[i], nil)
+		}
 		return
 	}
 	byID := make(map[string]gate.CheckAnswer, len(claimed))

@@ -43,7 +43,9 @@ func (c *core) commit(ctx context.Context, k kind, rules *gate.RuleSet, items []
 			batch = append(batch, pending{invalidRecord(it, rules, now), i})
 		case it.state != decided || it.dryRun:
 		case k == checks:
-			batch = append(batch, pending{gate.CheckRecord(it.msg, it.dec, rules.Version), i})
+			rec := gate.CheckRecord(it.msg, it.dec, rules.Version)
+			rec.Answer = it.answer
+			batch = append(batch, pending{rec, i})
 		default:
 			batch = append(batch, pending{gate.RecordOf(it.key, it.msg, it.dec, it.d.Seq, rules.Version), i})
 		}

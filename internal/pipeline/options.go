@@ -104,9 +104,12 @@ func NewChecker(o CheckOptions) (*Checker, error) {
 		return nil, errors.New("checker: rules, store, audit and answers are required")
 	}
 	defaults(&o.Log, &o.Now)
+	// The answers go with the claims when the audit log keeps them itself.
+	kept, ok := o.Audit.(gate.AnswersWithClaims)
+	withClaims := ok && any(kept) == any(o.Answers)
 	instrument(o.Metrics, &o.Store, &o.Audit, &o.Holds, &o.Preferences, nil)
 	o.Answers = instrumentAnswers(o.Metrics, o.Answers)
-	return &Checker{o: o, core: newCore(o.Store, o.Audit, o.Holds, o.Preferences, o.Metrics, o.Log, o.Now)}, nil
+	return &Checker{o: o, withClaims: withClaims, core: newCore(o.Store, o.Audit, o.Holds, o.Preferences, o.Metrics, o.Log, o.Now)}, nil
 }
 
 // Defaults of a Releaser.

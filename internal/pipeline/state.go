@@ -96,6 +96,9 @@ type item struct {
 	res    gate.AdmitResult
 	prior  gate.Prior // with state prior: what the ledger holds
 	err    error      // with state invalid or failed: its verdict
+	// answer is a check's answer, committed with its record when the audit
+	// log keeps answers (gate.AnswersWithClaims).
+	answer *gate.CheckAnswer
 }
 
 // fail moves it to failed with err.
