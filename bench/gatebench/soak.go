@@ -56,14 +56,6 @@ const soakRepeatShare = 0.3
 // soakCheckScene is the scene the checks ask about.
 const soakCheckScene = "soak.check"
 
-// soakOutWindow is GATE_OUT's MaxAge and duplicate window in the soak, and
-// the gate's GATE_OUT_DUPLICATE_WINDOW: shorter than the warm-up, so that
-// nats-server's duplicate tracking and the stream's messages, and the
-// gate's memory of recent forwards (half the window), are full before the
-// RSS verdict's first reading. With 10 minutes, nats-server's RSS doubled
-// from minute 5 to minute 15 while both filled, then stayed level.
-const soakOutWindow = 4 * time.Minute
-
 func soakRulesDoc() string {
 	var b strings.Builder
 	b.WriteString("unknown_scene: forward\nscenes:\n")
@@ -89,7 +81,7 @@ func soakSettings(retention time.Duration) []string {
 	r := retention.String()
 	return []string{
 		"GATE_PARTITION_WIDTH=10m", "GATE_LEDGER_RETENTION=" + r, "GATE_AUDIT_RETENTION=" + r,
-		"GATE_PRUNE_INTERVAL=1m", "GATE_OUT_DUPLICATE_WINDOW=" + soakOutWindow.String(),
+		"GATE_PRUNE_INTERVAL=1m", "GATE_OUT_DUPLICATE_WINDOW=10m",
 	}
 }
 
@@ -234,8 +226,8 @@ func createSoakOut(ctx context.Context, nc *nats.Conn) error {
 	}
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
 		Name: natsbus.StreamOut, Subjects: []string{natsbus.DefaultOutSubject}, Storage: jetstream.FileStorage,
-		Retention: jetstream.LimitsPolicy, MaxAge: soakOutWindow, Duplicates: soakOutWindow,
-		Description: "notifications the gate forwarded (gatebench -soak: kept " + soakOutWindow.String() + ")",
+		Retention: jetstream.LimitsPolicy, MaxAge: 10 * time.Minute, Duplicates: 10 * time.Minute,
+		Description: "notifications the gate forwarded (gatebench -soak: kept 10 minutes)",
 	})
 	if err != nil {
 		return fmt.Errorf("create %s: %w", natsbus.StreamOut, err)

@@ -50,7 +50,11 @@ func TestPostgresExplainHold(t *testing.T) {
 	for i, q := range queues {
 		recipients[i], names[i] = q.Recipient, q.Name
 	}
-	waitStmts := []statement{{sql: waitingPostgres, vars: []any{recipients, names}}}
+	// So does the read of the due queues' messages in Settle.
+	waitStmts := []statement{
+		{sql: waitingPostgres, vars: []any{recipients, names}},
+		{sql: heldPostgres, vars: []any{recipients[:100], names[:100], 10}},
+	}
 	now := heldExplainStart.Add(time.Hour)
 	settleStmts := record(func() {
 		n, err := s.Settle(ctx, now, 100, 10, func(_ context.Context, due [][]gate.Held) ([]gate.Settlement, error) {
@@ -72,7 +76,7 @@ func TestPostgresExplainHold(t *testing.T) {
 	want := map[string]string{ // the first words of a statement -> the index it must use
 		"SELECT q.recipient, q.queue FROM unnest(":                 "held_queues_pkey",
 		"SELECT recipient, queue FROM held_queues WHERE due_at <=": "held_queues_due_idx",
-		"SELECT * FROM (SELECT message_id":                         "held_pkey", // (recipient, queue, seq, message_id)
+		"SELECT h.* FROM unnest(":                                  "held_pkey", // (recipient, queue, seq, message_id)
 	}
 	seen := map[string]bool{}
 	for _, st := range append(waitStmts, settleStmts...) {
