@@ -88,20 +88,7 @@ func TestClaimAcrossPartitionBoundary(t *testing.T) {
 		wg.Go(func() { knownB, errB = b.Commit(context.Background(), []gate.Record{second}) })
 		wg.Wait()
 		a.claimHook, b.claimHook = nil, nil
-		if errA != nil || errB != nil {
-			t.Fatalf("round %d: commits: %v, %v", round, errA, errB)
-		}
-		won := 0
-		if !slices.Contains(knownA, key) {
-			won++
-		}
-		if !slices.Contains(knownB, key) {
-			won++
-		}
-		parts := partitionOf(t, a, "decisions", `"key"`, key)
-		if won != 1 || len(parts) != 1 {
-			t.Fatalf("round %d: %d gates claimed %s, ledger rows in %v; want exactly one", round, won, key, parts)
-		}
+		oneClaim(t, a, round, key, [2][]string{knownA, knownB}, [2]error{errA, errB})
 	}
 	// Without the race the two times do land in two partitions.
 	x := record("apart-1", "disk", gate.OutcomeForward, boundary.Add(-time.Microsecond))
@@ -109,6 +96,24 @@ func TestClaimAcrossPartitionBoundary(t *testing.T) {
 	MustCommit(t, a, x, y)
 	if p, q := partitionOf(t, a, "decisions", `"key"`, "apart-1"), partitionOf(t, a, "decisions", `"key"`, "apart-2"); slices.Equal(p, q) {
 		t.Fatalf("rows either side of %s share partition %v", boundary, p)
+	}
+}
+
+// oneClaim fails unless both commits of key succeeded, exactly one of them
+// claimed it (known lists it for the other), and the ledger holds it once.
+func oneClaim(t *testing.T, s *Store, round int, key string, known [2][]string, errs [2]error) {
+	t.Helper()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("round %d: commits: %v, %v", round, errs[0], errs[1])
+	}
+	won := 0
+	for _, k := range known {
+		if !slices.Contains(k, key) {
+			won++
+		}
+	}
+	if parts := partitionOf(t, s, "decisions", `"key"`, key); won != 1 || len(parts) != 1 {
+		t.Fatalf("round %d: %d gates claimed %s, ledger rows in %v; want exactly one", round, won, key, parts)
 	}
 }
 
@@ -155,19 +160,7 @@ func TestClaimAtOnceWaitsForTheLock(t *testing.T) {
 			t.Fatal(err)
 		}
 		wg.Wait()
-		if errA != nil || errB != nil {
-			t.Fatalf("round %d: commits: %v, %v", round, errA, errB)
-		}
-		won := 0
-		if !slices.Contains(knownA, key) {
-			won++
-		}
-		if !slices.Contains(knownB, key) {
-			won++
-		}
-		if parts := partitionOf(t, a, "decisions", `"key"`, key); won != 1 || len(parts) != 1 {
-			t.Fatalf("round %d: %d gates claimed %s, ledger rows in %v; want exactly one", round, won, key, parts)
-		}
+		oneClaim(t, a, round, key, [2][]string{knownA, knownB}, [2]error{errA, errB})
 	}
 }
 
