@@ -205,10 +205,19 @@ type answerColumns struct {
 	ats        []time.Time
 }
 
+// put appends the answer a to id.
+func (c *answerColumns) put(id string, a gate.CheckAnswer) error {
+	text, at, err := answerRow(a)
+	if err != nil {
+		return err
+	}
+	c.ids, c.texts, c.ats = append(c.ids, id), append(c.texts, text), append(c.ats, at)
+	return nil
+}
+
 // add appends r's answer; uniqueRecords has checked that it encodes.
 func (c *answerColumns) add(r gate.Record) {
-	text, at, _ := answerRow(*r.Answer)
-	c.ids, c.texts, c.ats = append(c.ids, r.Key), append(c.texts, text), append(c.ats, at)
+	_ = c.put(r.Key, *r.Answer)
 }
 
 // saveOnPostgres is SaveAll on partitioned tables, where no unique index
@@ -238,11 +247,9 @@ func (s *Store) saveOnPostgres(ctx context.Context, c answerColumns) error {
 func answersOf(ids []string, answers map[string]gate.CheckAnswer) (answerColumns, error) {
 	var c answerColumns
 	for _, id := range ids {
-		text, at, err := answerRow(answers[id])
-		if err != nil {
+		if err := c.put(id, answers[id]); err != nil {
 			return c, err
 		}
-		c.ids, c.texts, c.ats = append(c.ids, id), append(c.texts, text), append(c.ats, at)
 	}
 	return c, nil
 }

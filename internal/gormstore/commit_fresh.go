@@ -52,13 +52,12 @@ func freshStatement(p *paramSeq, atOnce bool) string {
 	CROSS JOIN LATERAL (SELECT 1 FROM decisions WHERE "key" = k.k LIMIT 1) AS d
 ), `
 		claimIf = ` WHERE (SELECT n FROM hits) = 0`
-		counted = `, counted AS (
-`
+		counted = `, counted AS (`
 		last = `
 )
 SELECT (SELECT n FROM hits), (SELECT n FROM ledgered)`
 	}
-	q := `WITH ` + hits + `claimed AS (
+	return `WITH ` + hits + `claimed AS (
 	INSERT INTO decisions (` + claimColumns + `)
 	SELECT ` + p.unnests("", claimTypes...) + claimIf + `
 	RETURNING 1
@@ -79,17 +78,12 @@ SELECT (SELECT n FROM hits), (SELECT n FROM ledgered)`
 	SELECT v.id, v.answer, v.decided_at FROM unnest(` + p.arrays("text", "text", "timestamptz") + `) AS v(id, answer, decided_at)
 	` + answerUnlessStored + ` AND (SELECT n FROM ledgered) > 0
 	ORDER BY v.id
-)` + counted
-	if !atOnce {
-		q += `
-`
-	}
-	q += `INSERT INTO scene_counters (scene, hour, ` + eachCounter("%s", ", ") + `)
+)` + counted + `
+INSERT INTO scene_counters (scene, hour, ` + eachCounter("%s", ", ") + `)
 SELECT scene, hour, ` + eachCounter("%s", ", ") + `
 FROM unnest(` + p.arrays(append([]string{"text", "timestamptz"}, slices.Repeat([]string{"bigint"}, gate.NumCounters)...)...) + `)
 	AS c(scene, hour, ` + eachCounter("%s", ", ") + `), queues_locked` + first + `
 ORDER BY scene COLLATE "C", hour` + addCounts + last
-	return q
 }
 
 // unnests is "unnest($n::t1[]) AS name1, unnest($n+1::t2[]) AS name2, …",

@@ -130,7 +130,8 @@ func (s *Store) decidedOnPostgres(ctx context.Context, keys []string) (map[strin
 // unique and sorted by key. It returns the keys it claimed. Most batches
 // hold only new keys, and take one round trip (commitAtOnceOnPostgres);
 // a batch with a key the ledger holds, or with an audit row that its claim
-// does not cover, goes statement by statement (commitByStatement).
+// does not cover, goes statement by statement (commitByStatement), as does
+// every batch while a test's claimHook waits between lookup and insert.
 func (s *Store) commitOnPostgres(ctx context.Context, recs []gate.Record) (map[string]bool, error) {
 	if s.claimHook == nil && !slices.ContainsFunc(recs, auditedApart) {
 		claimed, err := s.commitAtOnceOnPostgres(ctx, recs)

@@ -61,6 +61,9 @@ type dialect struct {
 	waiting func(s *Store, ctx context.Context, queues []gate.Queue, into map[gate.Queue]bool) error
 	// answers runs the statement of Answers.
 	answers func(s *Store, ctx context.Context, ids []string) (*sql.Rows, error)
+	// held reads the oldest perQueue messages of each queue, in Settle's
+	// transaction.
+	held func(s *Store, tx *gorm.DB, queues []gate.Queue, perQueue int, into map[gate.Queue][]gate.Held) error
 	// pool sizes the connection pool.
 	pool func(db *sql.DB)
 	// openFailed classifies an error of gorm.Open.
@@ -93,6 +96,7 @@ var (
 		commit:     (*Store).commitOnPostgres,
 		waiting:    (*Store).waitingOnPostgres,
 		answers:    (*Store).answersOnPostgres,
+		held:       (*Store).heldOnPostgres,
 		pool: func(db *sql.DB) {
 			// A gate talks to PostgreSQL from several goroutines at once: two
 			// batches committing, a batch's Waiting or Decided lookup, the
@@ -127,6 +131,7 @@ var (
 		commit:    (*Store).commitInTransaction,
 		waiting:   (*Store).waitingInChunks,
 		answers:   (*Store).answersInOne,
+		held:      (*Store).heldInChunks,
 		pool: func(db *sql.DB) {
 			// SQLite has one writer; a single connection queues writers in
 			// process instead of making them spin on SQLITE_BUSY.

@@ -12,7 +12,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/antifatigue/gate/internal/gate"
-	"github.com/antifatigue/gate/migrations"
 )
 
 // heldPerStatement bounds the queues one statement of Settle reads: each is
@@ -161,8 +160,24 @@ var heldPostgres = `SELECT h.* FROM unnest($1::text[], $2::text[]) AS q(recipien
 	CROSS JOIN LATERAL (SELECT ` + heldNoPayload + ", " + heldPayloadPostgres + ` FROM held
 		WHERE held.recipient = q.recipient AND held.queue = q.queue ORDER BY seq LIMIT $3) AS h`
 
-// readHeldPostgres reads heldPostgres for queues into byQueue.
-func readHeldPostgres(tx *gorm.DB, queues []gate.Queue, perQueue int, byQueue map[gate.Queue][]gate.Held) error {
+// heldInChunks reads heldQuery for queues into byQueue, heldPerStatement
+// queues a statement (SQLite).
+func (s *Store) heldInChunks(tx *gorm.DB, queues []gate.Queue, perQueue int, byQueue map[gate.Queue][]gate.Held) error {
+	for chunk := range slices.Chunk(queues, heldPerStatement) {
+		q, args := s.heldQuery(chunk, perQueue)
+		rows, err := tx.Raw(q, args...).Rows()
+		if err != nil {
+			return err
+		}
+		if err := scanHeld(rows, byQueue); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// heldOnPostgres reads heldPostgres for queues into byQueue.
+func (s *Store) heldOnPostgres(tx *gorm.DB, queues []gate.Queue, perQueue int, byQueue map[gate.Queue][]gate.Held) error {
 	recipients, names := make([]string, len(queues)), make([]string, len(queues))
 	for i, q := range queues {
 		recipients[i], names[i] = q.Recipient, q.Name
@@ -181,21 +196,8 @@ func readHeldPostgres(tx *gorm.DB, queues []gate.Queue, perQueue int, byQueue ma
 // (a rescheduled head holds back the rest of its queue).
 func (s *Store) readHeld(tx *gorm.DB, queues []gate.Queue, perQueue int) ([][]gate.Held, error) {
 	byQueue := make(map[gate.Queue][]gate.Held, len(queues))
-	if s.dialect.name == migrations.Postgres {
-		if err := readHeldPostgres(tx, queues, perQueue, byQueue); err != nil {
-			return nil, fmt.Errorf("read held messages: %w", err)
-		}
-	} else {
-		for chunk := range slices.Chunk(queues, heldPerStatement) {
-			q, args := s.heldQuery(chunk, perQueue)
-			rows, err := tx.Raw(q, args...).Rows()
-			if err != nil {
-				return nil, fmt.Errorf("read held messages: %w", err)
-			}
-			if err := scanHeld(rows, byQueue); err != nil {
-				return nil, fmt.Errorf("read held messages: %w", err)
-			}
-		}
+	if err := s.dialect.held(s, tx, queues, perQueue, byQueue); err != nil {
+		return nil, fmt.Errorf("read held messages: %w", err)
 	}
 	var due [][]gate.Held
 	for _, q := range queues {
