@@ -386,7 +386,7 @@ func multiRow(head string, cols, rows int) string {
 const priorColumns = `"key", outcome, decided_at, scene, recipient`
 
 // scanPriors reads rows of priorColumns into m, and closes rows.
-func scanPriors(rows *sql.Rows, m map[string]gate.Prior) error {
+func scanPriors(rows rowSource, m map[string]gate.Prior) error {
 	defer rows.Close()
 	for rows.Next() {
 		var (

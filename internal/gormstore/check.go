@@ -41,37 +41,36 @@ func (s *Store) Answers(ctx context.Context, ids []string) (map[string]gate.Stor
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.dialect.answers(s, ctx, ids)
-	if err != nil {
-		return nil, classify(op, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id                                string
-			answer, outcome, scene, recipient sql.NullString
-			at                                scanTime
-		)
-		if err := rows.Scan(&id, &answer, &outcome, &at, &scene, &recipient); err != nil {
-			return nil, classify(op, err)
-		}
-		var sa gate.StoredAnswer
-		if outcome.Valid {
-			sa.Prior = gate.Prior{Outcome: gate.Outcome(outcome.String), At: at.t, Scene: scene.String, Recipient: recipient.String}
-		}
-		if answer.Valid {
-			if err := json.Unmarshal([]byte(answer.String), &sa.Answer); err != nil {
-				// A row this store wrote and cannot read back: the ledger's
-				// outcome stands in for it.
-				s.log.WarnContext(ctx, "a stored check answer is unreadable; answering with the ledger's outcome", "id", id, "err", err)
-				sa.Answer = gate.CheckAnswer{}
-			} else {
-				sa.Found = true
+	err := s.dialect.answers(s, ctx, ids, func(rows rowSource) error {
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				id                                string
+				answer, outcome, scene, recipient sql.NullString
+				at                                scanTime
+			)
+			if err := rows.Scan(&id, &answer, &outcome, &at, &scene, &recipient); err != nil {
+				return err
 			}
+			var sa gate.StoredAnswer
+			if outcome.Valid {
+				sa.Prior = gate.Prior{Outcome: gate.Outcome(outcome.String), At: at.t, Scene: scene.String, Recipient: recipient.String}
+			}
+			if answer.Valid {
+				if err := json.Unmarshal([]byte(answer.String), &sa.Answer); err != nil {
+					// A row this store wrote and cannot read back: the ledger's
+					// outcome stands in for it.
+					s.log.WarnContext(ctx, "a stored check answer is unreadable; answering with the ledger's outcome", "id", id, "err", err)
+					sa.Answer = gate.CheckAnswer{}
+				} else {
+					sa.Found = true
+				}
+			}
+			out[id] = sa // the oldest answer comes last, and stays
 		}
-		out[id] = sa // the oldest answer comes last, and stays
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, classify(op, err)
 	}
 	return out, nil
@@ -79,7 +78,7 @@ func (s *Store) Answers(ctx context.Context, ids []string) (map[string]gate.Stor
 
 // answersInOne is Answers' statement on SQLite: one row per id whatever is
 // found, each id joined to each table, the oldest answer last.
-func (s *Store) answersInOne(ctx context.Context, ids []string) (*sql.Rows, error) {
+func (s *Store) answersInOne(ctx context.Context, ids []string, scan func(rowSource) error) error {
 	var q strings.Builder
 	args := make([]any, len(ids))
 	for i, id := range ids {
@@ -89,11 +88,15 @@ func (s *Store) answersInOne(ctx context.Context, ids []string) (*sql.Rows, erro
 		q.WriteString("SELECT CAST(? AS text) AS k")
 		args[i] = id
 	}
-	return s.db.WithContext(ctx).Raw(`SELECT q.k, a.answer, d.outcome, d.decided_at, d.scene, d.recipient
+	rows, err := s.db.WithContext(ctx).Raw(`SELECT q.k, a.answer, d.outcome, d.decided_at, d.scene, d.recipient
 FROM (`+q.String()+`) q
 LEFT JOIN check_answers a ON a.id = q.k
 LEFT JOIN decisions d ON d."key" = q.k
 ORDER BY a.decided_at DESC`, args...).Rows()
+	if err != nil {
+		return err
+	}
+	return scan(rows)
 }
 
 // answersPostgres is Answers' statement on PostgreSQL: one row per id, its
@@ -109,8 +112,10 @@ FROM unnest($1::text[]) AS k(k)
 LEFT JOIN LATERAL (SELECT answer FROM check_answers WHERE id = k.k LIMIT 1) AS a ON true
 LEFT JOIN LATERAL (SELECT outcome, decided_at, scene, recipient FROM decisions WHERE "key" = k.k LIMIT 1) AS d ON true`
 
-func (s *Store) answersOnPostgres(ctx context.Context, ids []string) (*sql.Rows, error) {
-	return s.sqlDB.QueryContext(ctx, answersPostgres, pgx.QueryExecModeCacheStatement, ids)
+const answersPostgresName = "gate_answers"
+
+func (s *Store) answersOnPostgres(ctx context.Context, ids []string, scan func(rowSource) error) error {
+	return s.queryGeneric(ctx, answersPostgresName, answersPostgres, []any{ids}, scan)
 }
 
 // Save stores a as the answer to the check of id, unless one is stored
@@ -228,9 +233,9 @@ func (c *answerColumns) add(r gate.Record) {
 // the second finds the first's answer.
 func (s *Store) saveOnPostgres(ctx context.Context, c answerColumns) error {
 	b := new(pgx.Batch)
-	b.Queue(answerLocks, c.ids)
+	b.Queue(answerLocksName, c.ids)
 	b.Queue(saveAnswersName, c.ids, c.texts, c.ats)
-	err := s.inOnePipeline(ctx, b, map[string]string{saveAnswersName: saveAnswers}, func(br pgx.BatchResults) error {
+	err := s.inOnePipeline(ctx, b, map[string]string{answerLocksName: answerLocks, saveAnswersName: saveAnswers}, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}

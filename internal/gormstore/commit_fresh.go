@@ -2,6 +2,7 @@ package gormstore
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -28,22 +29,52 @@ import (
 // held rows on the queue rows too. So concurrent commits meet first on the keys' locks,
 // in hash order, and take queue rows before counter and held rows, as
 // Settle does.
-var commitFresh = freshStatement(new(paramSeq), false)
+//
+// A batch's statement holds only the parts its rows need (commitShape): a
+// batch of checks has no held messages, and most have no audit row. Each
+// part costs PostgreSQL its plan nodes' set-up on every run, rows or none,
+// and that set-up was the largest share of its CPU at 1,000 checks a
+// second (perf: ExecutorStart, a quarter of the backend's time).
+func commitFresh(shape commitShape) string { return freshStatements[shape] }
 
 // commitAtOnce is commitFresh for a batch not yet known to be fresh: it
 // first counts the keys of $1 the ledger holds (hits), and writes
 // nothing unless that count is 0. It returns the count and the number of
 // ledger rows written. Sent in one pipeline after claimLocks, it is the
 // whole commit in one round trip (commitOnPostgres).
-var commitAtOnce = freshStatement(new(paramSeq), true)
+func commitAtOnce(shape commitShape) string { return atOnceStatements[shape] }
 
-// commitAtOnceName is the name commitAtOnce is prepared under on each
-// connection: one constant text, so one plan to keep per backend.
-const commitAtOnceName = "gate_commit_at_once"
+// commitAtOnceName is the name commitAtOnce(shape) is prepared under on
+// each connection: one constant text per shape, so one plan per shape to
+// keep per backend.
+func commitAtOnceName(shape commitShape) string {
+	return fmt.Sprintf("gate_commit_at_once_%d", shape)
+}
+
+// commitShape says which parts a batch's commit statement holds beside the
+// claim and the counters, which every batch has.
+type commitShape uint8
+
+const (
+	withAudit   commitShape = 1 << iota // audit rows (suppressions)
+	withHeld                            // held messages, and their queue rows
+	withAnswers                         // check answers
+	everyPart   = withAudit | withHeld | withAnswers
+)
+
+// freshStatements and atOnceStatements are the texts of commitFresh and
+// commitAtOnce, by shape.
+var freshStatements, atOnceStatements = func() (fresh, atOnce [everyPart + 1]string) {
+	for shape := range everyPart + 1 {
+		fresh[shape] = freshStatement(new(paramSeq), false, shape)
+		atOnce[shape] = freshStatement(new(paramSeq), true, shape)
+	}
+	return fresh, atOnce
+}()
 
 // freshStatement is the text of commitFresh, its parameters numbered in the
 // order of commitColumns.freshArgs; atOnce makes it commitAtOnce.
-func freshStatement(p *paramSeq, atOnce bool) string {
+func freshStatement(p *paramSeq, atOnce bool, shape commitShape) string {
 	const first = ` WHERE (SELECT n FROM ledgered) > 0`
 	var hits, claimIf, counted, last string
 	if atOnce {
@@ -57,32 +88,44 @@ func freshStatement(p *paramSeq, atOnce bool) string {
 )
 SELECT (SELECT n FROM hits), (SELECT n FROM ledgered)`
 	}
-	return `WITH ` + hits + `claimed AS (
+	q := `WITH ` + hits + `claimed AS (
 	INSERT INTO decisions (` + claimColumns + `)
 	SELECT ` + p.unnests("", claimTypes...) + claimIf + `
 	RETURNING 1
 ), ledgered AS (
 	SELECT count(*) AS n FROM claimed
-), audited AS (
+)`
+	if shape&withAudit != 0 {
+		q += `, audited AS (
 	INSERT INTO suppressions (` + auditColumns + `)
 	SELECT ` + p.unnests("", auditTypes...) + first + `
 	ORDER BY 1
-), holds AS (
+)`
+	}
+	queuesLocked := ""
+	if shape&withHeld != 0 {
+		queuesLocked = ", queues_locked"
+		q += `, holds AS (
 	SELECT ` + p.unnests(heldColumns, heldTypes...) + `
 ), ` + queueRows(first) + `, kept AS (
 	INSERT INTO held (` + heldColumns + `)
 	SELECT ` + heldColumns + ` FROM holds, queues_locked` + first + `
 	ORDER BY recipient COLLATE "C", queue COLLATE "C", seq, message_id COLLATE "C"
-), answered AS (
+)`
+	}
+	if shape&withAnswers != 0 {
+		q += `, answered AS (
 	INSERT INTO check_answers (id, answer, decided_at)
 	SELECT v.id, v.answer, v.decided_at FROM unnest(` + p.arrays("text", "text", "timestamptz") + `) AS v(id, answer, decided_at)
 	` + answerUnlessStored + ` AND (SELECT n FROM ledgered) > 0
 	ORDER BY v.id
-)` + counted + `
+)`
+	}
+	return q + counted + `
 INSERT INTO scene_counters (scene, hour, ` + eachCounter("%s", ", ") + `)
 SELECT scene, hour, ` + eachCounter("%s", ", ") + `
 FROM unnest(` + p.arrays(append([]string{"text", "timestamptz"}, slices.Repeat([]string{"bigint"}, gate.NumCounters)...)...) + `)
-	AS c(scene, hour, ` + eachCounter("%s", ", ") + `), queues_locked` + first + `
+	AS c(scene, hour, ` + eachCounter("%s", ", ") + `)` + queuesLocked + first + `
 ORDER BY scene COLLATE "C", hour` + addCounts + last
 }
 
@@ -106,14 +149,58 @@ func (p *paramSeq) unnests(names string, types ...string) string {
 	return strings.Join(parts, ", ")
 }
 
-// freshArgs are the parameters of commitFresh: the ledger's columns, the
-// audit rows' and the held messages' (without the key the other statement
-// joins on), the checks' answers, and the counters summed per (scene, hour). A held message
+// shape is the commit statement the batch needs.
+func (c *commitColumns) shape() commitShape {
+	var shape commitShape
+	if len(c.sup.key) > 0 {
+		shape |= withAudit
+	}
+	if len(c.held.key) > 0 {
+		shape |= withHeld
+	}
+	if len(c.answers.ids) > 0 {
+		shape |= withAnswers
+	}
+	return shape
+}
+
+// freshArgs are the parameters of commitFresh(shape): the ledger's columns,
+// the audit rows' and the held messages' (without the key the other statement
+// joins on), the checks' answers, and the counters summed per (scene, hour),
+// each part only when shape holds it. A held message
 // whose audit row carries its very bytes gets an empty payload, as
 // commitPostgres's kept CTE gives it: here every audit row is written.
-func (c *commitColumns) freshArgs() []any {
+func (c *commitColumns) freshArgs(shape commitShape) []any {
 	args := []any{c.keys, c.outcomes, c.ats, c.scenes, c.recipients, c.priorities, c.zones}
-	args = append(args, c.sup.args()[1:]...)
+	if shape&withAudit != 0 {
+		args = append(args, c.sup.args()[1:]...)
+	}
+	if shape&withHeld != 0 {
+		args = append(args, c.heldArgs()...)
+	}
+	if shape&withAnswers != 0 {
+		args = append(args, nonNil(c.answers.ids), nonNil(c.answers.texts), nonNil(c.answers.ats))
+	}
+	var (
+		scenes = make([]string, 0, len(c.sums))
+		hours  = make([]time.Time, 0, len(c.sums))
+		sums   [gate.NumCounters][]int64
+	)
+	for _, row := range c.sums {
+		scenes, hours = append(scenes, row.Scene), append(hours, row.hour)
+		for j, v := range row.Counters() {
+			sums[j] = append(sums[j], *v)
+		}
+	}
+	args = append(args, scenes, hours)
+	for _, v := range sums {
+		args = append(args, nonNil(v))
+	}
+	return args
+}
+
+// heldArgs are the held messages' columns for freshArgs.
+func (c *commitColumns) heldArgs() []any {
 	held := c.held.args()[1:]
 	if len(c.held.payload) > 0 {
 		audited := make(map[string]string, len(c.sup.messageID))
@@ -131,24 +218,7 @@ func (c *commitColumns) freshArgs() []any {
 		}
 		held[len(held)-1] = payloads
 	}
-	args = append(args, held...)
-	args = append(args, nonNil(c.answers.ids), nonNil(c.answers.texts), nonNil(c.answers.ats))
-	var (
-		scenes = make([]string, 0, len(c.sums))
-		hours  = make([]time.Time, 0, len(c.sums))
-		sums   [gate.NumCounters][]int64
-	)
-	for _, row := range c.sums {
-		scenes, hours = append(scenes, row.Scene), append(hours, row.hour)
-		for j, v := range row.Counters() {
-			sums[j] = append(sums[j], *v)
-		}
-	}
-	args = append(args, scenes, hours)
-	for _, v := range sums {
-		args = append(args, nonNil(v))
-	}
-	return args
+	return held
 }
 
 // uniqueViolation reports whether err is PostgreSQL's unique_violation.

@@ -4,14 +4,12 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/antifatigue/gate/internal/gate"
 )
@@ -45,10 +43,17 @@ const decidedPostgres = `SELECT d."key", d.outcome, d.decided_at, d.scene, d.rec
 // claimLocks takes the claim lock of every key of $1; answerLocks the
 // lock of every check id of $1 whose answer is saved. The hash includes the
 // schema, so schemas sharing a database (tests, tenants) never wait for
-// each other.
+// each other. Each is prepared under its name on the connections that
+// pipeline it.
 var (
 	claimLocks  = locksOf("k")
 	answerLocks = locksOf("a")
+)
+
+const (
+	claimLocksName      = "gate_claim_locks"
+	answerLocksName     = "gate_answer_locks"
+	decidedPostgresName = "gate_decided"
 )
 
 func locksOf(space string) string {
@@ -111,16 +116,15 @@ func (p *paramSeq) arrays(types ...string) string {
 }
 
 // decidedOnPostgres is Decided in one statement of constant text, prepared
-// once per connection: its plan probes each key's index whatever the
-// statistics, so a generic plan made while the ledger was small serves as
-// well once it is large.
+// once per connection, on its generic plan (queryGeneric): its plan probes
+// each key's index whatever the statistics, so a generic plan made while
+// the ledger was small serves as well once it is large.
 func (s *Store) decidedOnPostgres(ctx context.Context, keys []string) (map[string]gate.Prior, error) {
-	rows, err := s.sqlDB.QueryContext(ctx, decidedPostgres, pgx.QueryExecModeCacheStatement, keys)
-	if err != nil {
-		return nil, classify("decided", err)
-	}
 	decided := make(map[string]gate.Prior)
-	if err := scanPriors(rows, decided); err != nil {
+	err := s.queryGeneric(ctx, decidedPostgresName, decidedPostgres, []any{keys}, func(rows rowSource) error {
+		return scanPriors(rows, decided)
+	})
+	if err != nil {
 		return nil, classify("decided", err)
 	}
 	return decided, nil
@@ -159,9 +163,11 @@ func (s *Store) commitAtOnceOnPostgres(ctx context.Context, recs []gate.Record) 
 	cols := columnsOf(recs, s.redact)
 	var hits, wrote int64
 	b := new(pgx.Batch)
-	b.Queue(claimLocks, cols.keys)
-	b.Queue(commitAtOnceName, cols.freshArgs()...)
-	err := s.inOnePipeline(ctx, b, map[string]string{commitAtOnceName: commitAtOnce}, func(br pgx.BatchResults) error {
+	shape := cols.shape()
+	b.Queue(claimLocksName, cols.keys)
+	b.Queue(commitAtOnceName(shape), cols.freshArgs(shape)...)
+	named := map[string]string{claimLocksName: claimLocks, commitAtOnceName(shape): commitAtOnce(shape)}
+	err := s.inOnePipeline(ctx, b, named, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -181,29 +187,6 @@ func (s *Store) commitAtOnceOnPostgres(ctx context.Context, recs []gate.Record) 
 		claimed[r.Key] = true
 	}
 	return claimed, nil
-}
-
-// inOnePipeline sends b's statements in one pipeline on one connection, so
-// that PostgreSQL runs them as one implicit transaction, in one round trip,
-// and read reads their results in order. named are statements (name to
-// text) to prepare on the connection first, once per connection: b may
-// queue them by name.
-func (s *Store) inOnePipeline(ctx context.Context, b *pgx.Batch, named map[string]string, read func(pgx.BatchResults) error) error {
-	conn, err := s.sqlDB.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	return conn.Raw(func(driverConn any) error {
-		pc := driverConn.(*stdlib.Conn).Conn()
-		for name, text := range named {
-			if _, err := pc.Prepare(ctx, name, text); err != nil {
-				return fmt.Errorf("prepare %s: %w", name, err)
-			}
-		}
-		br := pc.SendBatch(ctx, b)
-		return errors.Join(read(br), br.Close())
-	})
 }
 
 // commitByStatement is commitOnPostgres one statement at a time: it locks
@@ -247,7 +230,8 @@ func (s *Store) commitByStatement(ctx context.Context, recs []gate.Record) (clai
 	}
 	claimed = make(map[string]bool, len(fresh))
 	if len(fresh) > 0 {
-		if _, err := tx.ExecContext(ctx, commitFresh, columnsOf(fresh, s.redact).freshArgs()...); err != nil {
+		cols := columnsOf(fresh, s.redact)
+		if _, err := tx.ExecContext(ctx, commitFresh(cols.shape()), cols.freshArgs(cols.shape())...); err != nil {
 			return nil, fmt.Errorf("claim, audit and count %d records: %w", len(fresh), err)
 		}
 	}

@@ -60,7 +60,7 @@ type dialect struct {
 	commit  func(s *Store, ctx context.Context, recs []gate.Record) (map[string]bool, error)
 	waiting func(s *Store, ctx context.Context, queues []gate.Queue, into map[gate.Queue]bool) error
 	// answers runs the statement of Answers.
-	answers func(s *Store, ctx context.Context, ids []string) (*sql.Rows, error)
+	answers func(s *Store, ctx context.Context, ids []string, scan func(rowSource) error) error
 	// held reads the oldest perQueue messages of each queue, in Settle's
 	// transaction.
 	held func(s *Store, tx *gorm.DB, queues []gate.Queue, perQueue int, into map[gate.Queue][]gate.Held) error

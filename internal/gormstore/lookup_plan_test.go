@@ -70,7 +70,7 @@ func TestPostgresLookupsByIDProbe(t *testing.T) {
 	}{
 		{"Decided", decidedPostgres, []any{keys}},
 		{"the claim's lookup", claimedKeys, []any{keys}},
-		{"the commit in one round trip", commitAtOnce, columnsOf(recs, false).freshArgs()},
+		{"the commit in one round trip", commitAtOnce(everyPart), columnsOf(recs, false).freshArgs(everyPart)},
 		{"Answers", answersPostgres, []any{keys}},
 		{"SaveAll", saveAnswers, []any{keys, make([]string, len(keys)), make([]time.Time, len(keys))}},
 	}
@@ -141,4 +141,36 @@ func scanStrings(rows interface {
 		*out = append(*out, v)
 	}
 	return rows.Err()
+}
+
+// TestCommitShapesPrepare has PostgreSQL parse and plan the commit statement
+// of every shape, fresh and at once, and run the shape of claims alone:
+// a part left out must not leave the others pointing at it.
+func TestCommitShapesPrepare(t *testing.T) {
+	s := MustOpen(t, postgresOptions(t))
+	ctx := context.Background()
+	conn, err := s.sqlDB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for shape := range everyPart + 1 {
+		for _, q := range []string{commitFresh(shape), commitAtOnce(shape)} {
+			if _, err := conn.ExecContext(ctx, "PREPARE p AS "+q); err != nil {
+				t.Fatalf("shape %03b: %v\n%s", shape, err, q)
+			}
+			if _, err := conn.ExecContext(ctx, "DEALLOCATE p"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	recs := []gate.Record{{Key: "k1", Outcome: gate.OutcomeForward, Scene: "s", Recipient: "open_id:u", At: time.Now()}}
+	cols := columnsOf(recs, false)
+	if shape := cols.shape(); shape != 0 {
+		t.Fatalf("a forward alone: shape %03b, want 0", shape)
+	}
+	var hits, wrote int64
+	if err := conn.QueryRowContext(ctx, commitAtOnce(0), cols.freshArgs(0)...).Scan(&hits, &wrote); err != nil || hits != 0 || wrote != 1 {
+		t.Fatalf("claims alone: hits %d, wrote %d, %v; want 0, 1", hits, wrote, err)
+	}
 }
