@@ -114,6 +114,14 @@ func InvalidReason(err error) string {
 // later, never acked.
 var ErrUnavailable = errors.New("dependency unavailable")
 
+// ErrOutcomeUnknown marks, beside ErrUnavailable, a write the store sent and
+// lost sight of: the connection broke after the commit left, so it may or
+// may not have taken effect (a database killed while it committed). What
+// the write would have undone elsewhere stays, since the write may stand:
+// a check keeps its slot in the windows, and asked again with its id finds
+// its answer or, when nothing was committed, that slot.
+var ErrOutcomeUnknown = errors.New("outcome unknown")
+
 // ErrPermanent marks a store's refusal of the data it was given, which no
 // retry can change: text the database cannot hold (invalid UTF-8, a NUL
 // byte), a constraint violated, a value over one of its limits. Retrying the

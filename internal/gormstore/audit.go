@@ -78,6 +78,9 @@ func (s *Store) Commit(ctx context.Context, recs []gate.Record) (known []string,
 	}
 	claimed, err := s.dialect.commit(s, ctx, recs)
 	if err != nil {
+		if lostSight(err) {
+			return nil, fmt.Errorf("%w: %w", gate.ErrOutcomeUnknown, classify("commit", err))
+		}
 		return nil, classify("commit", err)
 	}
 	for _, r := range recs {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -243,6 +244,29 @@ func classify(op string, err error) error {
 		return fmt.Errorf("%s: %w: %w", op, gate.ErrPermanent, err)
 	}
 	return unavailable(op, err)
+}
+
+// lostSight reports whether err left a write's outcome unknown
+// (gate.ErrOutcomeUnknown): PostgreSQL neither refused it (a *PgError rolls
+// the transaction back) nor was it failed before anything was sent
+// (pgconn.SafeToRetry) or before a connection was made. A connection lost
+// while the statements or the commit were under way is: the transaction
+// may have committed. SQLite runs in process, and says how each write
+// ended.
+func lostSight(err error) bool {
+	var (
+		pgErr   *pgconn.PgError
+		connErr *pgconn.ConnectError
+	)
+	switch {
+	case errors.As(err, &pgErr), errors.As(err, &connErr), pgconn.SafeToRetry(err):
+		return false
+	case errors.Is(err, driver.ErrBadConn):
+		// database/sql found the connection broken before using it
+		return false
+	}
+	var coded interface{ Code() int }
+	return !errors.As(err, &coded)
 }
 
 // SQLite's primary result codes of a refusal of the data (an extended

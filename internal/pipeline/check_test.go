@@ -433,6 +433,27 @@ func TestCheckAuditDown(t *testing.T) {
 	}
 }
 
+// TestCheckCommitLostSight: a commit whose outcome the store lost sight of
+// (the connection broke as it committed) may stand, answer and slot: the
+// check fails for the caller to ask again, and its slot stays.
+func TestCheckCommitLostSight(t *testing.T) {
+	f := newCheckFixture(t)
+	f.ledger.fail = func([]gate.Record) error {
+		return fmt.Errorf("pg: %w: %w", gate.ErrOutcomeUnknown, gate.ErrUnavailable)
+	}
+	_, err := f.c.Check(context.Background(), checkBody("c1", "s", ""))
+	if !errors.Is(err, gate.ErrUnavailable) {
+		t.Fatalf("got %v, want an unavailable store", err)
+	}
+	if f.store.taken("s") != 1 || len(f.store.forgot) != 0 {
+		t.Errorf("the slot of a commit that may stand: %d taken, forgot %v; want it kept", f.store.taken("s"), f.store.forgot)
+	}
+	f.ledger.fail = nil
+	if a := f.check(t, checkBody("c1", "s", "")); !a.Admitted || f.store.taken("s") != 1 {
+		t.Errorf("asked again: got %+v, %d slots taken; want admitted on its one slot", a, f.store.taken("s"))
+	}
+}
+
 func TestCheckInvalidTouchesNothing(t *testing.T) {
 	f := newCheckFixture(t)
 	for _, body := range []string{``, `{`, `{"id":"c","scene":"s"}`, `{"id":"c","scene":"s","receive_id":"u","x":1}`} {

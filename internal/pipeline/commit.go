@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/antifatigue/gate/internal/gate"
@@ -80,7 +81,9 @@ func (c *core) commit(ctx context.Context, k kind, rules *gate.RuleSet, items []
 // for good. It returns the keys it found decided before and the records
 // refused on their own; a part that meets a transient error fails its items
 // with it, to be retried, and a check's admission is returned, to be taken
-// back: not durable, so not an answer.
+// back: not durable, so not an answer. Unless the store lost sight of the
+// commit (gate.ErrOutcomeUnknown): it may stand, answer and slot, so the
+// slot stays, and the check asked again finds one or the other.
 func (c *core) commitRecords(ctx context.Context, k kind, items []item, batch []pending) (known []string, refused []refusal, forget []gate.AdmitRequest) {
 	bisect(batch, func(part []pending) error {
 		recs := make([]gate.Record, len(part))
@@ -97,7 +100,7 @@ func (c *core) commitRecords(ctx context.Context, k kind, items []item, batch []
 			err = k.unavailable("audit", "commit", err)
 			for _, r := range part {
 				it := &items[r.i]
-				if k == checks && it.slot == counted {
+				if k == checks && it.slot == counted && !errors.Is(err, gate.ErrOutcomeUnknown) {
 					forget = append(forget, *it.plan.Request)
 				}
 				it.fail(err)
