@@ -30,8 +30,19 @@ const checkBatchTimeout = 10 * time.Second
 type checkQueue struct {
 	mu       sync.Mutex
 	pending  []*checkItem
-	draining bool
+	draining int // drain goroutines running
 }
+
+// A second drain goroutine starts, so that two batches overlap (one waits
+// on the window store while the other commits), once overlapAt checks wait
+// behind the one running: under load, where a batch's three round trips
+// bound how many checks a second one drain decides, not below, where
+// batches of one or two would cost the database a transaction each. Two
+// batches holding one id meet at the commit's claim, as two gates do.
+const (
+	checkBatchesInFlight = 2
+	overlapAt            = 32
+)
 
 // checkItem is one check in the queue, then in a batch, until it is
 // answered; in a batch, the core decides it as an item.
@@ -81,8 +92,10 @@ func (c *Checker) enqueue(ctx context.Context, req gate.CheckRequest) *checkItem
 	it := &checkItem{req: req, gone: ctx.Done(), done: make(chan struct{})}
 	c.q.mu.Lock()
 	c.q.pending = append(c.q.pending, it)
-	start := !c.q.draining
-	c.q.draining = true
+	start := c.q.draining == 0 || c.q.draining < checkBatchesInFlight && len(c.q.pending) >= overlapAt
+	if start {
+		c.q.draining++
+	}
 	c.q.mu.Unlock()
 	if start {
 		go c.drain()
@@ -111,7 +124,7 @@ func (c *Checker) drain() {
 		c.q.mu.Lock()
 		n := min(len(c.q.pending), maxCheckBatch)
 		if n == 0 {
-			c.q.draining = false
+			c.q.draining--
 			c.q.mu.Unlock()
 			return
 		}

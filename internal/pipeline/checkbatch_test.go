@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,19 +125,19 @@ func TestCheckBatchRefusedRecord(t *testing.T) {
 }
 
 // heldSlots holds its first Admit call until release is closed, telling
-// entered when it arrives.
+// entered when it arrives; later calls go through meanwhile.
 type heldSlots struct {
 	*slots
-	once    sync.Once
+	held    atomic.Bool
 	entered chan struct{}
 	release chan struct{}
 }
 
 func (h *heldSlots) Admit(ctx context.Context, reqs []gate.AdmitRequest) ([]gate.AdmitResult, error) {
-	h.once.Do(func() {
+	if h.held.CompareAndSwap(false, true) {
 		close(h.entered)
 		<-h.release
-	})
+	}
 	return h.slots.Admit(ctx, reqs)
 }
 
@@ -254,5 +254,58 @@ func TestCheckBatchLooksUpOnce(t *testing.T) {
 	}
 	if again := f.check(t, checkBody("new", "s", "")); !again.Duplicate || !again.DecidedAt.Equal(a[2].DecidedAt) {
 		t.Errorf("new asked again: got %+v, want its first answer", again)
+	}
+}
+
+// TestCheckBatchesOverlapUnderLoad: once overlapAt checks wait behind a
+// batch held on the window store, a second batch decides them meanwhile;
+// fewer keep waiting for it (TestCheckBatchCallerGone).
+func TestCheckBatchesOverlapUnderLoad(t *testing.T) {
+	f := newCheckFixture(t)
+	held := &heldSlots{slots: f.store, entered: make(chan struct{}), release: make(chan struct{})}
+	f.c.core.store = held
+	first := make(chan error, 1)
+	go func() {
+		_, err := f.c.Check(context.Background(), checkBody("x", "open", ""))
+		first <- err
+	}()
+	<-held.entered // x's batch runs, held
+	queued := make(chan error, overlapAt)
+	ask := func(id string) {
+		_, err := f.c.Check(context.Background(), checkBody(id, "open", ""))
+		queued <- err
+	}
+	for i := range overlapAt - 1 {
+		go ask(fmt.Sprintf("q%d", i))
+	}
+	for f.c.pending() < overlapAt-1 {
+		runtime.Gosched()
+	}
+	f.c.q.mu.Lock()
+	drains := f.c.q.draining
+	f.c.q.mu.Unlock()
+	if drains != 1 {
+		t.Fatalf("%d drains with %d checks waiting; want 1 below overlapAt", drains, overlapAt-1)
+	}
+	go ask("last")
+	timeout := time.After(30 * time.Second)
+	for range overlapAt {
+		select {
+		case err := <-queued:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-timeout:
+			t.Fatal("the queued checks still wait for the held batch: no second batch started")
+		}
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("x answered (%v) while its batch was held", err)
+	default:
+	}
+	close(held.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
 	}
 }
