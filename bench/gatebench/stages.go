@@ -15,7 +15,7 @@ import (
 
 // calls names the gate's calls to its dependencies, as gate_store_call_seconds
 // labels them ("store op"), in the order they are printed.
-var calls = []string{"window admit", "audit commit", "nats forward", "audit decided", "audit waiting"}
+var calls = []string{"window admit", "audit commit", "nats forward", "audit decided", "audit waiting", "audit check_answer"}
 
 // histo is one cumulative Prometheus histogram.
 type histo struct {
@@ -133,6 +133,20 @@ func printStages(w io.Writer, full, half stageStats) {
 		parts = append(parts, fmt.Sprintf(" %s %.1f / %.1f | %.1f / %.1f", c, full[c+" mean"], full[c+" p99"], half[c+" mean"], half[c+" p99"]))
 	}
 	fmt.Fprintln(w, strings.Join(parts, ";"))
+}
+
+// printCheckStages prints where a gate's batches of checks spent their time
+// at 1,000 checks/s: its calls to the stores, one per batch each.
+func printCheckStages(w io.Writer, st stageStats) {
+	var parts []string
+	for _, c := range calls {
+		if m, ok := st[c+" mean"]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.2f / %.1f", c, m, st[c+" p99"]))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "    its batches' calls at 1,000 checks/s, mean / p99 ms (p99 a bucket bound): %s\n", strings.Join(parts, "; "))
+	}
 }
 
 // printDeferStages prints where the deferring gate's batches spend their
