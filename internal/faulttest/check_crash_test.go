@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/procfs"
 
 	"github.com/antifatigue/gate/internal/testing/testenv"
 )
@@ -111,8 +112,8 @@ func (p *pgCluster) kill() {
 	}
 	waitUntil(p.t, 10*time.Second, "the killed postgres processes gone", func() bool {
 		for _, q := range append(children, pid) {
-			if syscall.Kill(q, 0) == nil {
-				if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", q)); !strings.Contains(string(st), ") Z ") {
+			if pr, err := procfs.NewProc(q); err == nil {
+				if st, err := pr.Stat(); err == nil && st.State != "Z" {
 					return false
 				}
 			}
@@ -130,22 +131,14 @@ func (p *pgCluster) kill() {
 
 // childrenOf lists the processes whose parent is pid.
 func childrenOf(pid int) []int {
-	entries, _ := os.ReadDir("/proc")
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		return nil
+	}
 	var out []int
-	for _, e := range entries {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so read after ')'.
-		rest := string(st[bytes.LastIndexByte(st, ')')+1:])
-		f := strings.Fields(rest)
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			out = append(out, n)
+	for _, pr := range procs {
+		if st, err := pr.Stat(); err == nil && st.PPID == pid {
+			out = append(out, pr.PID)
 		}
 	}
 	return out
