@@ -20,12 +20,17 @@ import (
 // NATS server's user gate into the data directory (0600, logged by path
 // only) and keeps it across restarts; `gate publish`, which brings no
 // credentials, still produces; an anonymous client cannot read gate.out;
-// a downstream sender with the password in the file can.
+// a client with the password in the file can. The sender's password is
+// generated beside it.
 func TestEmbeddedNATSWithNothingSet(t *testing.T) {
 	e := newEnv(t, stackEmbedded, contractRules)
 	delete(e.vars, "GATE_EMBEDDED_NATS_PASSWORD")
+	delete(e.vars, "GATE_EMBEDDED_NATS_SENDER_PASSWORD")
 	e.natsAuth = nil
 	g := e.start(nil)
+	if fi, err := os.Stat(filepath.Join(e.vars["GATE_DATA_DIR"], embeddedSenderPasswordFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the sender's password file: %v, %v; want it generated, mode 0600", fi, err)
+	}
 
 	path := filepath.Join(e.vars["GATE_DATA_DIR"], embeddedPasswordFile)
 	fi, err := os.Stat(path)
@@ -75,7 +80,7 @@ func TestEmbeddedNATSWithNothingSet(t *testing.T) {
 		t.Errorf("anonymous subscribe to gate.out: err = %v, want a permissions violation", err)
 	}
 
-	e.natsAuth = natsbus.EmbeddedGate(password)
+	e.natsAuth = []nats.Option{nats.UserInfo(natsbus.EmbeddedGateUser, password)}
 	c := e.client()
 	c.waitIdle()
 	if ids, _ := c.forwarded(to); !slices.Equal(ids, []string{to}) {
@@ -93,22 +98,27 @@ func TestEmbeddedNATSWithNothingSet(t *testing.T) {
 	e.client().waitIdle() // the same password still opens the server
 }
 
-// An embedded NATS server that other hosts can reach needs a password
-// chosen by the operator: without one gate serve refuses to start.
+// An embedded NATS server that other hosts can reach needs the gate's and
+// the sender's passwords chosen by the operator: without either gate serve
+// refuses to start.
 func TestEmbeddedNATSOffLoopbackNeedsPassword(t *testing.T) {
-	dir := t.TempDir()
-	env := map[string]string{"GATE_EMBEDDED_NATS_ADDR": "0.0.0.0:4222", "GATE_DATA_DIR": dir}
-	getenv := func(k string) string { return env[k] }
-	err := run(t.Context(), []string{"serve"}, getenv, nil, io.Discard, io.Discard)
-	var ue *usageError
-	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "GATE_EMBEDDED_NATS_PASSWORD") {
-		t.Errorf("serve on 0.0.0.0 without a password: err = %v, want a usage error naming GATE_EMBEDDED_NATS_PASSWORD", err)
-	}
-	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
-		t.Errorf("the refused gate wrote to its data directory: %v", entries)
+	for _, missing := range []string{"GATE_EMBEDDED_NATS_PASSWORD", "GATE_EMBEDDED_NATS_SENDER_PASSWORD"} {
+		dir := t.TempDir()
+		env := map[string]string{"GATE_EMBEDDED_NATS_ADDR": "0.0.0.0:4222", "GATE_DATA_DIR": dir,
+			"GATE_EMBEDDED_NATS_PASSWORD": "chosen-for-gate", "GATE_EMBEDDED_NATS_SENDER_PASSWORD": "chosen-for-sender"}
+		delete(env, missing)
+		getenv := func(k string) string { return env[k] }
+		err := run(t.Context(), []string{"serve"}, getenv, nil, io.Discard, io.Discard)
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), missing) {
+			t.Errorf("serve on 0.0.0.0 without %s: err = %v, want a usage error naming it", missing, err)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+			t.Errorf("the refused gate wrote to its data directory: %v", entries)
+		}
 	}
 	for name, more := range map[string]map[string]string{
-		"with a password":          {"GATE_EMBEDDED_NATS_PASSWORD": "chosen-by-the-operator"},
+		"with both passwords":      {"GATE_EMBEDDED_NATS_PASSWORD": "chosen-for-gate", "GATE_EMBEDDED_NATS_SENDER_PASSWORD": "chosen-for-sender"},
 		"with a server of its own": {"GATE_NATS_URL": "nats://nats.example:4222"},
 	} {
 		vars := map[string]string{"GATE_EMBEDDED_NATS_ADDR": "0.0.0.0:4222"}

@@ -50,6 +50,10 @@ type env struct {
 // servers of the tests' gates.
 const harnessNATSPassword = "harness-nats-password"
 
+// harnessSenderPassword is the password of the user sender on the embedded
+// NATS server the harness starts.
+const harnessSenderPassword = "harness-sender-password"
+
 // newEnv prepares services for kind: a nats-server in process, and for the
 // real stack a fresh Postgres schema and the shared test Redis.
 func newEnv(t testing.TB, kind stack, rules string) *env {
@@ -76,10 +80,13 @@ func newEnv(t testing.TB, kind stack, rules string) *env {
 		addr := freeAddr(t)
 		e.vars["GATE_EMBEDDED_NATS_ADDR"] = addr
 		e.vars["GATE_EMBEDDED_NATS_PASSWORD"] = harnessNATSPassword
+		e.vars["GATE_EMBEDDED_NATS_SENDER_PASSWORD"] = harnessSenderPassword
 		e.natsURL = "nats://" + addr
-		// The tests' client reads gate.out and gate.dead: it is the gate
-		// user, as a downstream sender is.
-		e.natsAuth = natsbus.EmbeddedGate(harnessNATSPassword)
+		// The tests' client reads gate.out and gate.dead and refunds: it is
+		// the gate user, who may do anything.
+		// Not with the gate's own inbox prefix, which gate.check never
+		// answers on: the client asks checks too.
+		e.natsAuth = []nats.Option{nats.UserInfo(natsbus.EmbeddedGateUser, harnessNATSPassword)}
 	}
 	return e
 }

@@ -87,13 +87,18 @@ func openNATS(ctx context.Context, c *config, log *slog.Logger, closers *closeSt
 	url, name := c.NATSURL, "nats "+redact.URL(c.NATSURL)
 	var auth []nats.Option
 	if url == "" {
-		password, err := embeddedNATSPassword(c, log)
+		gate, sender := c.embeddedUsers()
+		password, err := gate.password(c.DataDir, log)
+		if err != nil {
+			return nil, "", err
+		}
+		senderPassword, err := sender.password(c.DataDir, log)
 		if err != nil {
 			return nil, "", err
 		}
 		ns, err := natsbus.StartEmbedded(natsbus.EmbeddedOptions{
-			Addr: c.EmbeddedNATSAddr, StoreDir: filepath.Join(c.DataDir, "nats"), GatePassword: password,
-			InSubject: c.InSubject, CheckSubject: c.CheckSubject, RefundSubject: c.RefundSubject,
+			Addr: c.EmbeddedNATSAddr, StoreDir: filepath.Join(c.DataDir, "nats"), GatePassword: password, SenderPassword: senderPassword,
+			InSubject: c.InSubject, CheckSubject: c.CheckSubject, OutSubject: c.OutSubject, RefundSubject: c.RefundSubject,
 		})
 		if err != nil {
 			return nil, "", err

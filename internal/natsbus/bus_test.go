@@ -16,7 +16,14 @@ import (
 // the embedded one, and connects to it as the gate does.
 func startServer(t *testing.T) *nats.Conn {
 	t.Helper()
-	ns, err := StartEmbedded(EmbeddedOptions{Addr: "127.0.0.1:-1", StoreDir: t.TempDir(), GatePassword: testPassword})
+	return startServerWith(t, EmbeddedOptions{})
+}
+
+// startServerWith is startServer with the subjects of o.
+func startServerWith(t *testing.T, o EmbeddedOptions) *nats.Conn {
+	t.Helper()
+	o.Addr, o.StoreDir, o.GatePassword = "127.0.0.1:-1", t.TempDir(), testPassword
+	ns, err := StartEmbedded(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func serveChecksWith(t *testing.T, b *Bus, check CheckFunc, o CheckOptions) {
 	go func() {
 		defer close(ready)
 		for {
-			if _, err := b.nc.Request(b.opts.CheckSubject, []byte(`ping`), time.Second); err == nil || ctx.Err() != nil {
+			if _, err := producerOf(t, b).Request(b.opts.CheckSubject, []byte(`ping`), time.Second); err == nil || ctx.Err() != nil {
 				return
 			}
 		}
@@ -64,10 +64,34 @@ func status(c gate.Class) int {
 	return 500
 }
 
-// request sends body on b's check subject and decodes the reply.
+// producers holds a producer's connection to each bus's server.
+var producers sync.Map // *Bus → *nats.Conn
+
+// producerOf is a connection to b's server without credentials, a
+// producer's, whose inbox the checks' reply guard lets be answered (the
+// gate's own, EmbeddedInboxPrefix, it refuses).
+func producerOf(t *testing.T, b *Bus) *nats.Conn {
+	t.Helper()
+	if nc, ok := producers.Load(b); ok {
+		return nc.(*nats.Conn)
+	}
+	nc, err := nats.Connect(b.nc.ConnectedUrl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prior, loaded := producers.LoadOrStore(b, nc); loaded {
+		nc.Close()
+		return prior.(*nats.Conn)
+	}
+	t.Cleanup(func() { producers.Delete(b); nc.Close() })
+	return nc
+}
+
+// request sends body on b's check subject, as a producer, and decodes the
+// reply.
 func request(t *testing.T, b *Bus, body string) (gate.CheckAnswer, checkError) {
 	t.Helper()
-	msg, err := b.nc.Request(b.opts.CheckSubject, []byte(body), 5*time.Second)
+	msg, err := producerOf(t, b).Request(b.opts.CheckSubject, []byte(body), 5*time.Second)
 	if err != nil {
 		t.Fatalf("request: %v", err)
 	}
@@ -172,7 +196,7 @@ func TestServeChecksIgnoresNoReply(t *testing.T) {
 // TestServeChecksOnItsSubject: a bus whose CheckSubject is set answers
 // checks there, and nothing answers on gate.check.
 func TestServeChecksOnItsSubject(t *testing.T) {
-	b, err := New(t.Context(), startServer(t), Options{CheckSubject: "ops.check"}, slog.New(slog.DiscardHandler))
+	b, err := New(t.Context(), startServerWith(t, EmbeddedOptions{CheckSubject: "ops.check"}), Options{CheckSubject: "ops.check"}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,24 +15,25 @@ import (
 const testPassword = "test-gate-password"
 
 // anonymous is a client of the server behind nc that brings no
-// credentials, with the permission errors the server sends it.
+// credentials (or those of its options), with the permission errors the
+// server sends it.
 type anonymous struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	errs chan error
 }
 
-func connectAnonymous(t *testing.T, nc *nats.Conn) *anonymous {
+func connectAnonymous(t *testing.T, nc *nats.Conn, opts ...nats.Option) *anonymous {
 	t.Helper()
 	a := &anonymous{errs: make(chan error, 64)}
 	var err error
-	a.nc, err = nats.Connect(nc.ConnectedUrl(), nats.PermissionErrOnSubscribe(true),
+	a.nc, err = nats.Connect(nc.ConnectedUrl(), append([]nats.Option{nats.PermissionErrOnSubscribe(true),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case a.errs <- err:
 			default:
 			}
-		}))
+		})}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,9 +62,9 @@ func (a *anonymous) refused(t *testing.T, what, subject string) {
 }
 
 // An anonymous client of the embedded server is a producer: it publishes
-// to gate.in and gate.refund with a JetStream publish ack, and asks
-// gate.check; it can neither forge nor read what the gate forwards, nor
-// touch its streams and consumers.
+// to gate.in with a JetStream publish ack, and asks gate.check; it can
+// neither refund, nor forge or read what the gate forwards, nor read what
+// other producers send the gate, nor touch its streams and consumers.
 func TestEmbeddedAnonymousMayOnlyProduce(t *testing.T) {
 	ctx := t.Context()
 	nc := startServer(t)
@@ -82,14 +83,12 @@ func TestEmbeddedAnonymousMayOnlyProduce(t *testing.T) {
 	p := connectAnonymous(t, nc)
 
 	// What a producer does.
-	for subject, stream := range map[string]string{DefaultInSubject: StreamIn, DefaultRefundSubject: StreamRefund} {
-		ack, err := p.js.Publish(ctx, subject, []byte(`{"id":"m1"}`))
-		if err != nil {
-			t.Fatalf("publish to %s: %v", subject, err)
-		}
-		if ack.Stream != stream {
-			t.Errorf("publish to %s: acked by stream %q, want %q", subject, ack.Stream, stream)
-		}
+	ack, err := p.js.Publish(ctx, DefaultInSubject, []byte(`{"id":"m1"}`))
+	if err != nil {
+		t.Fatalf("publish to %s: %v", DefaultInSubject, err)
+	}
+	if ack.Stream != StreamIn {
+		t.Errorf("publish to %s: acked by stream %q, want %q", DefaultInSubject, ack.Stream, StreamIn)
 	}
 	reply, err := p.nc.RequestWithContext(ctx, DefaultCheckSubject, []byte(`{}`))
 	if err != nil {
@@ -100,11 +99,17 @@ func TestEmbeddedAnonymousMayOnlyProduce(t *testing.T) {
 	}
 
 	// What it may not.
-	if err := p.nc.Publish(DefaultOutSubject, []byte("forged")); err != nil {
-		t.Fatal(err)
+	for _, subject := range []string{DefaultOutSubject, DefaultRefundSubject, DefaultSentSubject} {
+		if err := p.nc.Publish(subject, []byte(`{"id":"m1"}`)); err != nil {
+			t.Fatal(err)
+		}
+		p.refused(t, "publish to "+subject, subject)
 	}
-	p.refused(t, "publish to gate.out", DefaultOutSubject)
-	for _, subject := range []string{DefaultOutSubject, DefaultDeadSubject, EmbeddedInboxPrefix + ".>"} {
+	// Subscribing to what other producers send (gate.in, gate.check,
+	// gate.cancel) would show their messages and the reply subjects of
+	// their checks.
+	for _, subject := range []string{DefaultOutSubject, DefaultDeadSubject, EmbeddedInboxPrefix + ".>",
+		DefaultInSubject, DefaultCheckSubject, DefaultCancelSubject, DefaultRefundSubject, "gate.>", ">"} {
 		sub, err := p.nc.SubscribeSync(subject)
 		if err == nil {
 			_, err = sub.NextMsg(10 * time.Second)

@@ -24,8 +24,9 @@ const replyStreamsEvery = time.Minute
 // with the gate's own permissions: a reply subject of gate.out would put
 // the answer into GATE_OUT as if it were a forward, one of $JS.API would
 // call JetStream's API. So a check whose reply subject some subject of the
-// gate's could match (in, out, dead, check, refund, and whatever the gate's
-// streams capture), that starts with $ (JetStream, the system account, KV
+// gate's could match (in, out, dead, check, refund, whatever the gate's
+// streams capture, and EmbeddedInboxPrefix, where its consumer's pulled
+// messages arrive), that starts with $ (JetStream, the system account, KV
 // and object stores), or that matches one of the configured subjects is
 // refused: neither decided nor answered.
 type replyGuard struct {
@@ -61,7 +62,7 @@ func (b *Bus) newReplyGuard(ctx context.Context, refused []string, m *metrics.Me
 // read with; the bus's subjects are refused in any case.
 func (g *replyGuard) readOwn(ctx context.Context) {
 	o := g.b.opts
-	own := []string{o.InSubject, o.OutSubject, o.DeadSubject, o.CheckSubject, o.RefundSubject}
+	own := []string{o.InSubject, o.OutSubject, o.DeadSubject, o.CheckSubject, o.RefundSubject, EmbeddedInboxPrefix + ".>"}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for _, cfg := range g.b.streams() {

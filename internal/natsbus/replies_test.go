@@ -22,7 +22,8 @@ import (
 // of the gate's subjects, one its streams capture, JetStream's API or a
 // configured one is neither decided nor answered, and is counted; a check
 // with an inbox for a reply is answered as before. (A reply on gate.out
-// used to land in GATE_OUT as if the gate had forwarded it.)
+// used to land in GATE_OUT as if the gate had forwarded it, one on
+// _GATE_INBOX in the gate's own pull deliveries.)
 func TestServeChecksRefusesReplySubjects(t *testing.T) {
 	var logs lockedLog
 	b, err := New(t.Context(), startServer(t), Options{}, slog.New(slog.NewTextHandler(&logs, nil)))
@@ -43,7 +44,7 @@ func TestServeChecksRefusesReplySubjects(t *testing.T) {
 	// Core subscribers on the subjects no stream captures see what
 	// would have been answered there.
 	seen := make(chan *nats.Msg, 16)
-	for _, subject := range []string{"ops.audit.>", "$JS.API.x"} {
+	for _, subject := range []string{"ops.audit.>", "$JS.API.x", EmbeddedInboxPrefix + ".pull.>"} {
 		sub, err := b.nc.ChanSubscribe(subject, seen)
 		if err != nil {
 			t.Fatal(err)
@@ -59,14 +60,21 @@ func TestServeChecksRefusesReplySubjects(t *testing.T) {
 	}, CheckOptions{Status: status, InFlight: 1, RefusedReplies: []string{"ops.*.>"}, Metrics: m})
 	calls.Store(0) // the pings that waited for the subscription
 
-	refused := []string{"gate.out", "gate.in", "gate.dead", "gate.refund", "gate.check", "out.copy", "$JS.API.x", "ops.audit.x", "gate.*", ">"}
+	refused := []string{"gate.out", "gate.in", "gate.dead", "gate.refund", "gate.check", "out.copy", "$JS.API.x", "ops.audit.x", "gate.*", ">",
+		// The gate's own inbox, where its consumer's pulled messages arrive:
+		// an answer there would be taken for a message of GATE_IN.
+		EmbeddedInboxPrefix + ".pull.1"}
 	for _, reply := range refused {
 		if err := b.nc.PublishRequest(DefaultCheckSubject, reply, []byte(`{"id":"c","scene":"s","receive_id":"u"}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Handled in order on the subscription, one at a time: once this one
-	// is answered, every request before it was refused or answered.
+	// is answered, every request before it was refused or answered (the
+	// flush has the server take those before it).
+	if err := b.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	if a, e := request(t, b, `{"id":"d","scene":"s","receive_id":"u"}`); e.Error != "" || a.Decision != gate.OutcomeForward {
 		t.Errorf("a check with an inbox reply: %+v %+v, want its answer", a, e)
 	}
@@ -137,7 +145,7 @@ func TestRefusedReplyTakesNoSlot(t *testing.T) {
 	t.Cleanup(free)
 	answered := make(chan error, 1)
 	go func() {
-		_, err := b.nc.Request(DefaultCheckSubject, []byte("block"), time.Minute)
+		_, err := producerOf(t, b).Request(DefaultCheckSubject, []byte("block"), time.Minute)
 		answered <- err
 	}()
 	<-entered // the one slot is taken
