@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io"
@@ -97,6 +98,111 @@ func TestCrossSitePageCannotSpendSlots(t *testing.T) {
 	}
 	if got, _ := c.forwarded(refunded); !slices.Equal(got, []string{first.ID}) {
 		t.Errorf("%s: forwarded %v, want %s alone: a page refunded it and freed the slot", refunded, got, first.ID)
+	}
+}
+
+// rebindPage is a page of evil.example that, once its name points at the
+// gate (DNS rebinding), is the gate's origin as far as the browser knows:
+// attack() posts a check that would take a recipient's only slot of the
+// hour and mutes another, as same-origin JSON requests, and
+// resolves to each answer's status and error as JSON.
+var rebindPage = template.Must(template.New("rebind").Parse(`<!doctype html>
+<title>cute cats, again</title>
+<body>
+<script>
+const send = async (method, path, body) => {
+  const r = await fetch(path, {method, headers: {'Content-Type': 'application/json'}, body});
+  let error = '';
+  try { error = (await r.json()).error || ''; } catch (_) { /* no JSON body */ }
+  return {status: r.status, error};
+};
+window.attack = async () => JSON.stringify([
+  await send('POST', '/v1/check', {{.Check}}),
+  await send('PUT', {{.Prefs}}, '{"muted_scenes":["r.alert"]}'),
+]);
+</script>
+</body>`))
+
+// TestRebindingPageCannotSpendSlots: a gate without a token on 127.0.0.1
+// with GATE_HTTP_ALLOWED_HOSTS=*, in a real browser whose resolver maps
+// evil.example to 127.0.0.1. The page of http://evil.example:PORT is
+// loaded from the attacker's server on the gate's address and port; that
+// server then goes away and the gate starts there, as when evil.example's
+// address changes to the gate's. The page's check and mute, same-origin
+// to the browser (Host and Origin both evil.example:PORT), are refused
+// with 403 naming DNS rebinding; the first recipient's next real message
+// is forwarded and the second has no preferences. The same requests from the gate's
+// own page on 127.0.0.1 pass, and the gate warned at start what * means.
+func TestRebindingPageCannotSpendSlots(t *testing.T) {
+	chromium := requiredTool(t, "chromium", "GATE_TEST_CHROMIUM", "scripts/browser.sh", "/usr/bin/chromium", "/usr/bin/chromium-browser")
+	e := newEnv(t, stackReal, refundRules)
+	addr := freeAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	victim, muted := testenv.Unique("rebind-victim"), testenv.Unique("rebind-muted")
+	check := func(id, to string) string {
+		return fmt.Sprintf(`{"id":%q,"scene":"r.alert","receive_id_type":"open_id","receive_id":%q}`, id, to)
+	}
+	prefs := "/v1/recipients/open_id:" + muted + "/preferences"
+
+	// The attacker's server, on the address the gate will listen on.
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on %s for the rebinding page: %v", addr, err)
+	}
+	attacker := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_ = rebindPage.Execute(w, map[string]string{"Check": check("rebind-"+victim, victim), "Prefs": prefs})
+	}))
+	attacker.Listener = ln
+	attacker.Start()
+	b := newBrowser(t, chromium, chromedp.Flag("host-resolver-rules", "MAP evil.example 127.0.0.1"))
+	page := "http://evil.example:" + port + "/"
+	b.do(t, "open the page of evil.example", chromedp.Navigate(page), chromedp.WaitReady(`body`))
+	if got := eval(t, b, chromedp.Evaluate[string](`location.origin + ' ' + typeof window.attack`)); got != "http://evil.example:"+port+" function" {
+		t.Fatalf("the page at %s: %q, want the rebinding page on its origin", page, got)
+	}
+	attacker.Close() // evil.example now points at the gate
+	g := e.start(map[string]string{"GATE_HTTP_ADDR": addr, "GATE_HTTP_ALLOWED_HOSTS": "*"})
+
+	var answers []struct {
+		Status int    `json:"status"`
+		Error  string `json:"error"`
+	}
+	raw := eval(t, b, chromedp.Evaluate[string](`attack()`, chromedp.EvalAwaitPromise))
+	if err := json.Unmarshal([]byte(raw), &answers); err != nil || len(answers) != 2 {
+		t.Fatalf("the page's answers %s: %v", raw, err)
+	}
+	for i, what := range []string{"POST /v1/check", "PUT " + prefs} {
+		if a := answers[i]; a.Status != http.StatusForbidden || !strings.Contains(a.Error, "DNS rebinding") {
+			t.Errorf("%s from the rebound page: %d %q, want 403 naming DNS rebinding", what, a.Status, a.Error)
+		}
+	}
+
+	c := e.client()
+	next := msg{ID: victim + "-real", Scene: "r.alert", To: victim}
+	c.send(next)
+	if got, _ := c.forwarded(victim); !slices.Equal(got, []string{next.ID}) {
+		t.Errorf("%s's first real message: forwarded %v, want %s: the rebound page took the slot", victim, got, next.ID)
+	}
+	if code, body := g.apiCall(http.MethodGet, prefs, "", ""); code != http.StatusNotFound {
+		t.Errorf("GET %s: %d %s, want 404: the rebound page muted %s", prefs, code, body, muted)
+	}
+
+	// The gate's own page, on a loopback name, still may.
+	own := testenv.Unique("rebind-own")
+	b.do(t, "open the gate's own page", chromedp.Navigate(g.base+"/"), chromedp.WaitReady(`body`))
+	status := eval(t, b, chromedp.Evaluate[int](fmt.Sprintf(`fetch('/v1/check', {method: 'POST', `+
+		`headers: {'Content-Type': 'application/json'}, body: %q}).then(r => r.status)`, check(own+"-A", own)), chromedp.EvalAwaitPromise))
+	if status != http.StatusOK {
+		t.Errorf("POST /v1/check from the gate's own page at %s: %d, want 200", g.base, status)
+	}
+
+	warned := false
+	for line := range strings.Lines(g.log.String()) {
+		warned = warned || strings.Contains(line, "level=WARN") && strings.Contains(line, "GATE_HTTP_ALLOWED_HOSTS holds *")
+	}
+	if !warned {
+		t.Errorf("a gate with GATE_HTTP_ALLOWED_HOSTS=* does not warn at start:\n%s", g.log.String())
 	}
 }
 

@@ -215,15 +215,17 @@ type browser struct {
 }
 
 // newBrowser starts a headless Chromium with a fresh profile and the flags
-// this machine needs (root, no network), and records every script
-// exception and console error, CSP violations included.
-func newBrowser(t *testing.T, chromium string) *browser {
+// this machine needs (root, no network), and extra (a test's own flags,
+// such as host-resolver-rules), and records every script exception and
+// console error, CSP violations included.
+func newBrowser(t *testing.T, chromium string, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 900))
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
@@ -300,14 +302,15 @@ func (b *browser) consoleErrors() []string {
 // traffic, and checks that what the page shows is what the API answers:
 // the summary per scene, the chart's hourly bars, the top recipients, the
 // rules, and a recipient's "why didn't I get it?" lookup. It also checks
-// that the token is asked for, that markup in a recipient id stays text,
-// and that the page logs no error (a CSP violation would be one). The
+// that the token is asked for, that the reading token (GATE_API_READ_TOKEN)
+// is all the page needs, that markup in a recipient id stays text, and
+// that the page logs no error (a CSP violation would be one). The
 // screenshot is left in testdata/artifacts.
 func TestReportPageInBrowser(t *testing.T) {
 	chromium := requiredTool(t, "chromium", "GATE_TEST_CHROMIUM", "scripts/browser.sh", "/usr/bin/chromium", "/usr/bin/chromium-browser")
 	e := newEnv(t, stackReal, reportRules)
-	const token = "page-s3cret"
-	g := e.start(map[string]string{"GATE_API_TOKEN": token})
+	const token, readToken = "page-s3cret", "page-r3ad"
+	g := e.start(map[string]string{"GATE_API_TOKEN": token, "GATE_API_READ_TOKEN": readToken})
 	tr := reportTraffic(t, e.client())
 	alice, evil := tr.alice, tr.evil
 	held := waitHeldSettled(t, g, tr)
@@ -316,8 +319,8 @@ func TestReportPageInBrowser(t *testing.T) {
 	b := newBrowser(t, chromium)
 	// Without a token the API answers 401 and the page asks for one.
 	b.do(t, "load the page", chromedp.Navigate(g.base+"/"), chromedp.WaitVisible(chromedp.ID("auth")))
-	b.do(t, "give the page the token",
-		chromedp.SendKeys(chromedp.ID("token"), token),
+	b.do(t, "give the page the reading token",
+		chromedp.SendKeys(chromedp.ID("token"), readToken),
 		chromedp.Click(chromedp.CSS(`#auth-form button[type="submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`body[data-loaded="true"]`)))
 	if hidden := eval(t, b, chromedp.Evaluate[bool](`document.getElementById('auth').hidden`)); !hidden {

@@ -35,13 +35,19 @@ var safeMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, h
 // sandboxed frame, a file: page, a redirect across sites) is refused. A
 // request with neither header (curl, a service's HTTP client) passes:
 // these are browser rules, and a client outside a browser is no page.
+//
+// The Host vouches for the Origin only when it is a name the gate knows
+// (hostNames): with AllowedHosts "*" any Host gets in, and a page that
+// rebinds its own name to the gate's address sends that name as both
+// Host and Origin, so the Host alone would make every such page the
+// gate's own.
 func (s *server) sameSite(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if safeMethods[r.Method] {
 			h.ServeHTTP(w, r)
 			return
 		}
-		if msg := crossSite(r, s.originHosts); msg != "" {
+		if msg := crossSite(r, s.originHosts, s.hostNames[hostName(r.Host)]); msg != "" {
 			s.o.Log.Debug("request refused: cross-site", "method", r.Method, "path", r.URL.Path,
 				"origin", r.Header.Values("Origin"), "sec_fetch_site", r.Header.Values("Sec-Fetch-Site"), "remote", r.RemoteAddr)
 			writeError(w, http.StatusForbidden, msg)
@@ -52,9 +58,12 @@ func (s *server) sameSite(h http.Handler) http.Handler {
 }
 
 // crossSite is why r comes from another site's page, or "" when it does
-// not (as far as its headers tell); names are the allowed hosts.
-func crossSite(r *http.Request, names map[string]bool) string {
-	for _, v := range r.Header.Values("Sec-Fetch-Site") {
+// not (as far as its headers tell); names are the allowed hosts, and
+// known says whether r's Host is a name the gate knows (a loopback name or
+// one of names) rather than one let in by "*".
+func crossSite(r *http.Request, names map[string]bool, known bool) string {
+	sites := r.Header.Values("Sec-Fetch-Site")
+	for _, v := range sites {
 		if site := strings.ToLower(strings.TrimSpace(v)); site == "cross-site" || site == "same-site" {
 			return fmt.Sprintf("%s %s refused: the browser marked it Sec-Fetch-Site: %s, and the gate takes requests that change "+
 				"state only from its own page or from clients outside a browser", r.Method, r.URL.Path, site)
@@ -62,16 +71,37 @@ func crossSite(r *http.Request, names map[string]bool) string {
 	}
 	origins := r.Header.Values("Origin")
 	switch {
-	case len(origins) == 0:
+	case len(origins) == 0 && (len(sites) == 0 || known):
 		return ""
+	case len(origins) == 0:
+		return unknownHost(r, "")
 	case len(origins) > 1:
 		return fmt.Sprintf("%s %s refused: %d Origin headers; a browser sends one", r.Method, r.URL.Path, len(origins))
 	}
-	if ownOrigin(origins[0], r.Host, names) {
+	host := r.Host
+	if !known {
+		host = "" // vouches for no origin: see sameSite
+	}
+	switch {
+	case ownOrigin(origins[0], host, names):
 		return ""
+	case !known:
+		return unknownHost(r, origins[0])
 	}
 	return fmt.Sprintf("%s %s refused: it comes from a page of origin %q, and the gate takes requests that change state only "+
 		"from its own origin (the host and port it was sent to, %s) or a host in GATE_HTTP_ALLOWED_HOSTS", r.Method, r.URL.Path, origins[0], r.Host)
+}
+
+// unknownHost is why a browser's request to a Host let in only by "*" in
+// GATE_HTTP_ALLOWED_HOSTS is refused; origin is its Origin, if any.
+func unknownHost(r *http.Request, origin string) string {
+	from := "a browser sent it"
+	if origin != "" {
+		from = fmt.Sprintf("a browser sent it from a page of origin %q", origin)
+	}
+	return fmt.Sprintf("%s %s refused: %s to host %q, which only * in GATE_HTTP_ALLOWED_HOSTS lets in; any site can point its "+
+		"name at the gate (DNS rebinding), so the gate takes a browser's requests that change state only on localhost, "+
+		"127.0.0.1, ::1 or a host named in GATE_HTTP_ALLOWED_HOSTS", r.Method, r.URL.Path, from, r.Host)
 }
 
 // ownOrigin reports whether origin, an Origin header, is the gate's own:
@@ -101,6 +131,8 @@ func ownOrigin(origin, host string, names map[string]bool) bool {
 // originHosts are the names of Options.AllowedHosts, whose origins are
 // the gate's own at any port. * lifts the Host check, not this one: it
 // says that any name reaches the gate, not that any site may post to it.
+// Loopback names are not among them: another port of localhost is
+// another program.
 func originHosts(allowed []string) map[string]bool {
 	names := map[string]bool{}
 	for _, name := range allowed {

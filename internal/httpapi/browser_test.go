@@ -241,3 +241,93 @@ func TestJSONBodyRequired(t *testing.T) {
 		}
 	}
 }
+
+// TestWildcardHostVouchesForNoOrigin: with * among the allowed hosts any
+// Host gets in, so a page that points its own name at the gate (DNS
+// rebinding) sends that name as both Host and Origin. Such a request that
+// may change state is refused and never reaches the check or the refund,
+// whether it carries an Origin or only Sec-Fetch-Site; one sent to a
+// loopback name or a named host, or from a named host's page, passes, and
+// so does a client outside a browser on any Host. Reads stay open to any
+// Host: that is what * says.
+func TestWildcardHostVouchesForNoOrigin(t *testing.T) {
+	srv, n := browserServer(t, "", "*", "gate.example.com")
+	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
+	evil := "evil.example:" + port
+	json := []string{"application/json"}
+	refused := []map[string][]string{
+		{"Host": {evil}, "Origin": {"http://" + evil}},
+		{"Host": {evil}, "Origin": {"http://" + evil}, "Sec-Fetch-Site": {"same-origin"}},
+		{"Host": {evil}, "Sec-Fetch-Site": {"same-origin"}},
+		{"Host": {"evil.example"}, "Origin": {"http://evil.example"}},
+		{"Host": {"10.0.0.5:" + port}, "Origin": {"http://10.0.0.5:" + port}},
+	}
+	for _, rq := range stateChanging {
+		for _, h := range refused {
+			h["Content-Type"] = json
+			code, msg := sendHeaders(t, srv, rq.method, rq.path, rq.body, h)
+			if code != http.StatusForbidden || !strings.Contains(msg, "DNS rebinding") {
+				t.Errorf("%s %s with %v: %d %q, want 403 naming DNS rebinding", rq.method, rq.path, h, code, msg)
+			}
+		}
+	}
+	if c, r := n.checks.Load(), n.refunds.Load(); c != 0 || r != 0 {
+		t.Fatalf("rebound pages reached %d checks and %d refunds, want none", c, r)
+	}
+
+	passed := []map[string][]string{
+		{"Host": {evil}}, // curl, a service's client: no browser headers
+		{"Host": {"localhost:" + port}, "Origin": {"http://localhost:" + port}, "Sec-Fetch-Site": {"same-origin"}},
+		{"Host": {"127.0.0.1:" + port}, "Origin": {"http://127.0.0.1:" + port}},
+		{"Host": {"[::1]:" + port}, "Sec-Fetch-Site": {"same-origin"}},
+		{"Host": {"gate.example.com"}, "Origin": {"https://gate.example.com"}},
+		{"Host": {"10.0.0.5:" + port}, "Origin": {"https://gate.example.com:8443"}}, // behind a proxy that rewrites Host
+	}
+	for _, rq := range stateChanging {
+		for _, h := range passed {
+			h["Content-Type"] = json
+			if code, msg := sendHeaders(t, srv, rq.method, rq.path, rq.body, h); code != rq.ok {
+				t.Errorf("%s %s with %v: %d %q, want %d", rq.method, rq.path, h, code, msg, rq.ok)
+			}
+		}
+	}
+	if code, msg := sendHeaders(t, srv, http.MethodGet, "/v1/rules", "", map[string][]string{"Host": {evil}, "Origin": {"http://" + evil}}); code != http.StatusOK {
+		t.Errorf("GET /v1/rules with Host %s: %d %q, want 200 (* lets any host read)", evil, code, msg)
+	}
+}
+
+// TestAllowedHostOriginAnyPort: an allowed host given without a port is
+// the gate's own origin at any port and scheme, whatever port the request
+// was sent to (a proxy in front may listen on another, and rewrite Host),
+// through the server; a loopback name, not named, is the gate's own only
+// at the port the request was sent to.
+func TestAllowedHostOriginAnyPort(t *testing.T) {
+	srv, n := browserServer(t, "", "gate.example.com")
+	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
+	for _, tt := range []struct {
+		host, origin string
+		want         int
+	}{
+		{"gate.example.com:" + port, "https://gate.example.com:8443", http.StatusOK},
+		{"gate.example.com:" + port, "http://gate.example.com:1", http.StatusOK},
+		{"gate.example.com:" + port, "https://gate.example.com", http.StatusOK},
+		{"gate.example.com", "http://gate.example.com:8080", http.StatusOK},
+		{"localhost:" + port, "https://GATE.example.com.:9443", http.StatusOK},
+		{"localhost:" + port, "http://localhost:1", http.StatusForbidden},
+		{"localhost:" + port, "http://gate.example.org:" + port, http.StatusForbidden},
+	} {
+		before := n.checks.Load()
+		h := map[string][]string{"Host": {tt.host}, "Origin": {tt.origin}, "Content-Type": {"application/json"}}
+		code, msg := sendHeaders(t, srv, http.MethodPost, "/v1/check", validCheck, h)
+		if code != tt.want {
+			t.Errorf("POST /v1/check to Host %s from Origin %s: %d %q, want %d", tt.host, tt.origin, code, msg, tt.want)
+		}
+		wantReached := int64(0)
+		if tt.want == http.StatusOK {
+			wantReached = 1
+		}
+		if reached := n.checks.Load() - before; reached != wantReached {
+			t.Errorf("POST /v1/check to Host %s from Origin %s reached the checker %d times, want %d", tt.host, tt.origin, reached, wantReached)
+		}
+	}
+}

@@ -4,7 +4,8 @@
 // hourly timeseries, top recipients) and the OpenAPI 3 document that
 // describes them all (openapi.json, embedded; a test keeps its schemas in
 // step with the Go types). One function (Status, errors.go) maps the class
-// of a domain error (gate.Classify) to a status code, and one middleware checks the bearer token on /v1/*; before both, one
+// of a domain error (gate.Classify) to a status code, and one middleware checks the bearer token on /v1/*
+// (the writing token anywhere, the reading token where a route only reads); before both, one
 // checks the Host against an allow-list, so that a web page cannot reach
 // the gate through DNS rebinding, and one (browser.go) refuses a request
 // that may change state when a browser sent it from another site's page.

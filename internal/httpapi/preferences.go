@@ -24,12 +24,13 @@ const preferencesPath = "/v1/recipients/{recipient}/preferences"
 const maxPreferencesBody = 2*gate.MaxPreferenceScenes*(gate.MaxSceneBytes*6+4) + 1024
 
 // routePreferences adds GET, PUT and DELETE of a recipient's preferences,
-// and a 405 for any other method.
+// and a 405 for any other method. Reading them takes either token;
+// changing them, which mutes or unmutes a recipient, the writing one.
 func (s *server) routePreferences(handle func(string, http.Handler)) {
-	handle("GET "+preferencesPath, s.auth(s.errors(s.getPreferences)))
-	handle("PUT "+preferencesPath, s.auth(jsonBody(s.errors(s.putPreferences))))
-	handle("DELETE "+preferencesPath, s.auth(s.errors(s.deletePreferences)))
-	handle(preferencesPath, s.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handle("GET "+preferencesPath, s.auth(reads, s.errors(s.getPreferences)))
+	handle("PUT "+preferencesPath, s.auth(writes, jsonBody(s.errors(s.putPreferences))))
+	handle("DELETE "+preferencesPath, s.auth(writes, s.errors(s.deletePreferences)))
+	handle(preferencesPath, s.auth(reads, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		notAllowed(w, r, "GET, HEAD, PUT, DELETE", "GET, PUT or DELETE")
 	})))
 }

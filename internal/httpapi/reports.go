@@ -157,7 +157,8 @@ func (s *server) suppressionsCSV(w http.ResponseWriter, r *http.Request, q url.V
 }
 
 // csvRecord writes one row of the export. Text cells that a spreadsheet
-// would run as a formula (=, +, -, @ first) get a leading apostrophe:
+// would run as a formula (=, +, -, @ first, or a tab, carriage return or
+// line feed before one, which some strip) get a leading apostrophe:
 // recipients, scenes and payloads come from producers.
 func csvRecord(p gate.Suppression) []string {
 	return []string{
@@ -188,7 +189,7 @@ func csvTime(t time.Time) string {
 }
 
 func cell(v string) string {
-	if v != "" && strings.ContainsRune("=+-@\t\r", rune(v[0])) {
+	if v != "" && strings.ContainsRune("=+-@\t\r\n", rune(v[0])) {
 		return "'" + v
 	}
 	return v

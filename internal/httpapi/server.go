@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,6 +41,15 @@ type Options struct {
 	// every /v1/* request. The report page at / is served without it; the
 	// page asks the reader for the token and sends it on its API calls.
 	Token string
+	// ReadToken, when set beside Token, is accepted in Token's place on
+	// the endpoints that only read: every GET under /v1/ and the rule
+	// preview, which replays past decisions and changes nothing. On an
+	// endpoint that changes state (check, refund, a PUT or DELETE of
+	// preferences) it gets 403, so that whoever reads the reports (the
+	// report page, a dashboard) cannot take or hand back a slot. Without
+	// Token the API is open and ReadToken counts for nothing; gate serve
+	// refuses to start so.
+	ReadToken string
 	// AllowedHosts are the host names, besides the loopback names
 	// (localhost, 127.0.0.1, ::1), that a request's Host may carry, any
 	// port; "*" allows every host. A browser sends the name of the page's
@@ -48,6 +58,9 @@ type Options struct {
 	// the API from the operator's browser. /healthz, /readyz and /metrics
 	// are exempt: probes and scrapers address the gate by whatever name or
 	// address the platform gives it, and those paths hold no payloads.
+	// With "*" such a page reads what needs no token, but a browser's
+	// request that changes state is still taken only from a loopback name
+	// or a host named here (browser.go).
 	AllowedHosts []string
 	// ExportPageTimeout bounds the writing of each page of the CSV export:
 	// the export is exempt from the server's WriteTimeout, and its write
@@ -84,7 +97,7 @@ func NewServer(o Options) http.Handler {
 	if o.ExportPageTimeout <= 0 {
 		o.ExportPageTimeout = defaultExportPageTimeout
 	}
-	s := &server{o: o, originHosts: originHosts(o.AllowedHosts)}
+	s := &server{o: o, originHosts: originHosts(o.AllowedHosts), hostNames: hostNames(o.AllowedHosts)}
 	mux := http.NewServeMux()
 	// Every route refuses a cross-site request that may change state
 	// (browser.go), before its token check.
@@ -115,22 +128,24 @@ func NewServer(o Options) http.Handler {
 		api["/v1/reports/timeseries"] = s.timeseries
 		api["/v1/reports/top-recipients"] = s.topRecipients
 	}
+	// Each route states what its token must allow (auth): reads or
+	// writes. A 405 or 404 answer changes nothing, so it takes either.
 	for path, h := range api {
 		if h != nil {
-			handle("GET "+path, s.auth(s.errors(h)))
+			handle("GET "+path, s.auth(reads, s.errors(h)))
 		}
 	}
-	handle("POST /v1/check", s.auth(jsonBody(http.HandlerFunc(s.check))))
-	handle("/v1/check", s.auth(http.HandlerFunc(notPost)))
-	handle("/v1/rules/preview", s.auth(s.errors(s.preview)))
+	handle("POST /v1/check", s.auth(writes, jsonBody(http.HandlerFunc(s.check))))
+	handle("/v1/check", s.auth(reads, http.HandlerFunc(notPost)))
+	handle("/v1/rules/preview", s.auth(reads, s.errors(s.preview)))
 	s.routePreferences(handle)
 	if o.Refunder != nil {
-		handle("POST /v1/refund", s.auth(jsonBody(http.HandlerFunc(s.refund))))
-		handle("/v1/refund", s.auth(http.HandlerFunc(notPost)))
+		handle("POST /v1/refund", s.auth(writes, jsonBody(http.HandlerFunc(s.refund))))
+		handle("/v1/refund", s.auth(reads, http.HandlerFunc(notPost)))
 	}
 	// Every other /v1/ request: 405 on a known path, 404 elsewhere, both
 	// with the JSON error body of the API.
-	handle("/v1/", s.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handle("/v1/", s.auth(reads, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h, ok := api[r.URL.Path]; ok && h != nil {
 			w.Header().Set("Allow", "GET, HEAD")
 			writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+": use GET")
@@ -145,6 +160,9 @@ type server struct {
 	o Options
 	// originHosts are the allowed hosts an Origin may name (sameSite).
 	originHosts map[string]bool
+	// hostNames are the names a Host may carry, "*" aside: the loopback
+	// names and those of Options.AllowedHosts (hosts, sameSite).
+	hostNames map[string]bool
 }
 
 // apiFunc is a handler that returns its error; errors maps it to a status.
@@ -170,22 +188,51 @@ func (s *server) errors(h apiFunc) http.Handler {
 	})
 }
 
-// auth requires the bearer token. The scheme name is case-insensitive
-// (RFC 9110, section 11.1): bearer and BEARER are Bearer.
-func (s *server) auth(h http.Handler) http.Handler {
+// access is what a route lets a token do.
+type access int
+
+const (
+	// reads: the route changes nothing; the reading token is enough.
+	reads access = iota
+	// writes: the route may change state; only the writing token will do.
+	writes
+)
+
+// auth requires a bearer token that allows need: Options.Token for any
+// route, Options.ReadToken for one that only reads. A missing or unknown
+// token gets 401; the reading token where writing is needed gets 403
+// (RFC 6750's insufficient_scope), which tells its holder that asking
+// again with it is pointless. Tokens are compared in constant time. The
+// scheme name is case-insensitive (RFC 9110, section 11.1): bearer and
+// BEARER are Bearer.
+func (s *server) auth(need access, h http.Handler) http.Handler {
 	if s.o.Token == "" {
 		return h
 	}
-	want := []byte(s.o.Token)
+	write, read := []byte(s.o.Token), []byte(s.o.ReadToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimLeft(got, " ")), want) != 1 {
+		got, ok := bearer(r)
+		writer := ok && subtle.ConstantTimeCompare(got, write) == 1
+		reader := ok && len(read) > 0 && subtle.ConstantTimeCompare(got, read) == 1
+		switch {
+		case writer, reader && need == reads:
+			h.ServeHTTP(w, r)
+		case reader:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="gate", error="insufficient_scope"`)
+			writeError(w, http.StatusForbidden, fmt.Sprintf("%s %s needs the writing token (GATE_API_TOKEN): the reading token "+
+				"(GATE_API_READ_TOKEN) is accepted only on the endpoints that only read", r.Method, r.URL.Path))
+		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="gate"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-			return
 		}
-		h.ServeHTTP(w, r)
 	})
+}
+
+// bearer is the token of r's Authorization header, and whether it names
+// the Bearer scheme at all.
+func bearer(r *http.Request) ([]byte, bool) {
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	return []byte(strings.TrimLeft(token, " ")), strings.EqualFold(scheme, "Bearer")
 }
 
 // probePaths answer whatever the Host: see Options.AllowedHosts.
@@ -194,15 +241,11 @@ var probePaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": 
 // hosts refuses a request whose Host is neither a loopback name nor one of
 // Options.AllowedHosts, with 403 and the API's JSON error body.
 func (s *server) hosts(h http.Handler) http.Handler {
-	allowed := map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true}
-	for _, name := range s.o.AllowedHosts {
-		if name == "*" {
-			return h
-		}
-		allowed[hostName(name)] = true
+	if slices.Contains(s.o.AllowedHosts, "*") {
+		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if allowed[hostName(r.Host)] || probePaths[r.URL.Path] {
+		if s.hostNames[hostName(r.Host)] || probePaths[r.URL.Path] {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -210,6 +253,16 @@ func (s *server) hosts(h http.Handler) http.Handler {
 		writeError(w, http.StatusForbidden, fmt.Sprintf("host %q is not allowed: the gate answers to localhost, 127.0.0.1, ::1 "+
 			"and the names in GATE_HTTP_ALLOWED_HOSTS", r.Host))
 	})
+}
+
+// hostNames are the names of the loopback interface and those of allowed,
+// each as hostName writes it; "*" is no name.
+func hostNames(allowed []string) map[string]bool {
+	names := map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true}
+	for name := range originHosts(allowed) {
+		names[name] = true
+	}
+	return names
 }
 
 // hostName is the host of a Host header or an allowed name, compared

@@ -48,7 +48,7 @@
     }
     const resp = await fetch(url, init);
     if (resp.status === 401) {
-      askToken(token ? 'The gate refused this token. Enter the current GATE_API_TOKEN.' : null);
+      askToken(token ? 'The gate refused this token. Enter the current GATE_API_READ_TOKEN (or GATE_API_TOKEN).' : null);
       throw new AuthError('the API needs a token');
     }
     if (!resp.ok) {
