@@ -100,7 +100,7 @@ func hostileMessages(rng *rand.Rand, run string) []hostile {
 		{name: "emoji recipient", body: envelope(id("emoji"), "👩\u200d💻"+run, ""), id: id("emoji")},
 		{name: "right-to-left recipient", body: envelope(id("rtl"), "مستخدم"+run, ""), id: id("rtl")},
 		{name: "braces in the recipient", body: envelope(id("brace"), "}{"+run+"}", ""), id: id("brace")},
-		{name: "lone surrogate escape", body: []byte(`{"id":"` + id("surr") + `","scene":"b.one","receive_id":"\ud800` + run + `"}`), id: id("surr")},
+		{name: "lone surrogate escape", body: []byte(`{"id":"` + id("surr") + `","scene":"b.one","receive_id":"\ud800` + run + `"}`), reason: "is a lone surrogate escape"},
 		{name: "duplicate keys are refused", body: []byte(`{"id":"ignored","id":"` + id("dupkey") + `","scene":"b.one","receive_id":"` + to("dupkey") + `"}`),
 			reason: `key "id" is given twice`},
 		{name: "a field in other case is refused", body: []byte(`{"id":"` + id("case") + `","scene":"b.one","receive_id":"` + to("case") + `","Receive_Id":"` + to("decoy") + `"}`),

@@ -33,6 +33,8 @@ func ParseCheck(data []byte) (CheckRequest, error) {
 	}
 	s := envScan{data: data, fields: checkFields, stream: true}
 	switch outcome, reason := s.run(); outcome {
+	case scanBadText:
+		return CheckRequest{}, invalidf("check is not valid UTF-8 JSON: %s", reason)
 	case scanAmbiguous:
 		return CheckRequest{}, invalidf("check is ambiguous: %s", reason)
 	case scanSyntax, scanBadField:

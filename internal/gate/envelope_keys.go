@@ -119,10 +119,13 @@ func (k *keySet) add(key []byte) (dup bool) {
 // encoding/json to what an envelope's scan holds an envelope: within
 // maxBytes (0 means DefaultMaxMessageBytes), not empty, valid UTF-8
 // without NUL bytes (json would read a bad byte as U+FFFD, a name nobody
-// sent), and its top-level keys unambiguous: none given twice, none one of
-// known in other letter case, which json cannot tell. A body that is not
-// JSON passes the key check: its decoder says why it is not. Every error is
-// an *InvalidError. known holds at most maxScanFields names.
+// sent), no string with a lone surrogate escape ("\ud800", which json
+// reads as U+FFFD too: json reads every string of such a body, so each
+// is held to it), and its top-level keys unambiguous: none given
+// twice, none one of known in other letter case, which json cannot tell.
+// A body that is not JSON passes these checks: its decoder says why it is
+// not. Every error is an *InvalidError. known holds at most maxScanFields
+// names.
 func CheckJSONBody(data []byte, maxBytes int, known ...string) error {
 	if err := checkBody(data, maxBytes, "UTF-8 JSON"); err != nil {
 		return err
@@ -134,8 +137,11 @@ func CheckJSONBody(data []byte, maxBytes int, known ...string) error {
 	for i, k := range known {
 		fields[i] = anyField(k)
 	}
-	s := envScan{data: data, fields: fields[:len(known)]}
-	if outcome, reason := s.run(); outcome == scanAmbiguous {
+	s := envScan{data: data, fields: fields[:len(known)], allText: true}
+	switch outcome, reason := s.run(); outcome {
+	case scanBadText:
+		return invalidf("body is not valid UTF-8 JSON: %s", reason)
+	case scanAmbiguous:
 		return invalidf("body is ambiguous: %s", reason)
 	}
 	return nil

@@ -76,6 +76,11 @@ func TestCheckJSONBody(t *testing.T) {
 		{`{"muted_scenes":["a"],"muted_scenes":[]`, ""}, // not JSON: the decoder says why
 		{`[1,2]`, ""},
 		{"{\"muted_scenes\":[\"\xff\"]}", "message is not valid UTF-8 JSON"},
+		// json reads every string of such a body: a lone surrogate escape
+		// anywhere in it would be read as U+FFFD.
+		{`{"muted_scenes":["a\ud800"]}`, `body is not valid UTF-8 JSON: \ud800 at byte 19 is a lone surrogate escape`},
+		{`{"muted_scenes":[{"x":{"\uDC00":1}}]}`, `\uDC00 at byte 24 is a lone surrogate escape`},
+		{`{"muted_scenes":["a\ud83d\ude00"]}`, ""},
 		{`{"muted_scenes":["a"]}` + strings.Repeat(" ", 100), "over the limit of 100"},
 	} {
 		err := CheckJSONBody([]byte(tt.body), 100, known...)

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"encoding/binary"
+	"fmt"
 	"strconv"
 )
 
@@ -12,8 +13,9 @@ import (
 // accepts exactly what encoding/json accepts and gives the same errors,
 // word for word; FuzzEnvelopeMatchesJSON holds it to that against the
 // json-based parse kept in the tests, for every body whose keys are
-// unambiguous; a key given twice or in another case is refused instead
-// (envelope_keys.go).
+// unambiguous and whose strings are text; a key given twice or in another
+// case is refused instead (envelope_keys.go), and so is a lone surrogate
+// escape where the gate reads text (surrogate).
 
 // maxNestingDepth is encoding/json's limit on nested arrays and objects.
 const maxNestingDepth = 10000
@@ -29,6 +31,10 @@ const (
 	// way and a case-sensitive reader another. It comes after a syntax
 	// error and before a field's error.
 	scanAmbiguous
+	// scanBadText: reason is why a string the gate reads is not text: a
+	// \u escape of a lone surrogate (surrogate). It comes after a syntax
+	// error and before the rest, as a body that is not UTF-8 comes first.
+	scanBadText
 )
 
 // envScan reads a JSON body in one pass: it validates every byte as
@@ -53,11 +59,19 @@ type envScan struct {
 	ambiguous string
 	seen      uint16
 	others    keySet
+	// badText is why a string the gate reads is not text, the first
+	// reason (surrogate). Those are the top-level keys and the captured
+	// fields' values, or with allText every string, for a body json
+	// decodes whole: the rest (content) is forwarded as sent and never
+	// read, as a \u0000 there is.
+	badText string
+	allText bool
 }
 
 // run scans s.data and returns one of scanOK, scanSyntax, scanBadField,
-// scanTrailing or scanAmbiguous, with the reason json would give for
-// scanSyntax and scanBadField and the scan's own for scanAmbiguous.
+// scanTrailing, scanAmbiguous or scanBadText, with the reason json would
+// give for scanSyntax and scanBadField and the scan's own for
+// scanAmbiguous and scanBadText.
 func (s *envScan) run() (int, string) {
 	s.ws()
 	if s.i == len(s.data) {
@@ -82,6 +96,8 @@ func (s *envScan) run() (int, string) {
 	s.ws()
 	if s.stream {
 		switch {
+		case s.badText != "":
+			return scanBadText, s.badText
 		case s.ambiguous != "":
 			return scanAmbiguous, s.ambiguous
 		case s.field != "":
@@ -94,6 +110,9 @@ func (s *envScan) run() (int, string) {
 	if s.i < len(s.data) {
 		s.fail(s.data[s.i], "after top-level value")
 		return scanSyntax, s.syntax
+	}
+	if s.badText != "" {
+		return scanBadText, s.badText
 	}
 	if s.ambiguous != "" {
 		return scanAmbiguous, s.ambiguous
@@ -196,7 +215,7 @@ func (s *envScan) value() bool {
 		s.depth--
 		return ok
 	case '"':
-		_, ok := s.str()
+		_, ok := s.str(s.allText)
 		return ok
 	case 't':
 		return s.literal("true")
@@ -225,7 +244,7 @@ func (s *envScan) object(top bool) bool {
 			return s.fail(c, "looking for beginning of object key string")
 		}
 		start := s.i + 1
-		escaped, ok := s.str()
+		escaped, ok := s.str(top || s.allText)
 		if !ok {
 			return false
 		}
@@ -391,9 +410,10 @@ const (
 )
 
 // str scans a string from its opening quote and reports whether it holds a
-// backslash. Most of a body is the content string, so the plain bytes are
-// skipped eight at a time.
-func (s *envScan) str() (escaped, ok bool) {
+// backslash; with text set, a string the gate reads, it records a lone
+// surrogate escape (surrogate). Most of a body is the content string, so
+// the plain bytes are skipped eight at a time.
+func (s *envScan) str(text bool) (escaped, ok bool) {
 	d := s.data
 	i := s.i + 1
 	for {
@@ -441,6 +461,9 @@ func (s *envScan) str() (escaped, ok bool) {
 					}
 					i++
 				}
+				if text {
+					i = s.surrogate(i)
+				}
 			default:
 				return false, s.fail(d[i], "in string escape code")
 			}
@@ -452,4 +475,58 @@ func (s *envScan) str() (escaped, ok bool) {
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// hexValue is the value of the four hex digits at d[i:i+4], or -1 when
+// they are not four hex digits.
+func hexValue(d []byte, i int) rune {
+	if i+4 > len(d) {
+		return -1
+	}
+	var r rune
+	for _, c := range d[i : i+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return -1
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
+// surrogate judges the \u escape that ends at i (its four hex digits just
+// scanned) and returns where the scan goes on. An escape of a surrogate
+// (U+D800 to U+DFFF) is half of a character: a high one followed at once
+// by an escaped low one is a pair, one character beyond U+FFFF, and both
+// are passed; alone, either half encodes no character, and is recorded as
+// badText. json would read it as U+FFFD, so that "\ud800" and "\ufffd"
+// would name one id or recipient; the body is not the valid UTF-8 text
+// the contract asks for, and is refused instead.
+func (s *envScan) surrogate(i int) int {
+	d := s.data
+	r := hexValue(d, i-4)
+	if r < 0xd800 || r > 0xdfff {
+		return i
+	}
+	if r < 0xdc00 && i+6 <= len(d) && d[i] == '\\' && d[i+1] == 'u' {
+		if lo := hexValue(d, i+2); lo >= 0xdc00 && lo <= 0xdfff {
+			return i + 6
+		}
+	}
+	if s.badText == "" {
+		s.badText = loneSurrogate(d[i-6:i], i-6)
+	}
+	return i
+}
+
+// loneSurrogate is the reason a body is refused for esc, a lone surrogate
+// escape (\ud800) at byte at.
+func loneSurrogate(esc []byte, at int) string {
+	return fmt.Sprintf(`%s at byte %d is a lone surrogate escape: half of a UTF-16 pair, it encodes no character (JSON readers turn it into U+FFFD)`, esc, at)
 }

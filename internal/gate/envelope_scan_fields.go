@@ -139,7 +139,7 @@ func (s *envScan) capture(f int) bool {
 		return true
 	case c == '"' && !isBool:
 		start := s.i + 1
-		escaped, ok := s.str()
+		escaped, ok := s.str(true)
 		*v = scanValue{kind: valString, escaped: escaped, start: start, end: s.i - 1}
 		return ok
 	case c == 't' && isBool:
@@ -158,8 +158,8 @@ func (s *envScan) capture(f int) bool {
 }
 
 // unquote decodes a JSON string with escapes, quotes included, as
-// encoding/json does (a lone surrogate becomes U+FFFD). The scan has
-// validated it.
+// encoding/json does (a lone surrogate becomes U+FFFD, but a scan that
+// meets one refuses the body: scanBadText). The scan has validated it.
 func unquote(q []byte) string {
 	var v string
 	if err := json.Unmarshal(q, &v); err != nil {

@@ -20,7 +20,9 @@ import (
 // with DisallowUnknownFields then a check for EOF for a check. Since keys
 // match exactly, the reference refuses, before json decodes anything, a
 // body whose top-level keys are ambiguous (refAmbiguity): json would read
-// it case-insensitively and let the last of a repeated key win.
+// it case-insensitively and let the last of a repeated key win. Before
+// that, it refuses a body with a lone surrogate escape (refLoneSurrogate),
+// which json would read as U+FFFD.
 
 // The keys the reference knows for each body, written out here rather than
 // taken from the scan's field lists: an envelope's (with msg_type and
@@ -62,6 +64,89 @@ func refAmbiguity(data []byte, known []string, stream bool) string {
 		if dec.Decode(&v) != nil {
 			return ""
 		}
+	}
+	return ""
+}
+
+// The fields whose string values the gate reads, of an envelope and of a
+// check: every key the reference knows but msg_type and content, which
+// are forwarded as sent, and dry_run, a bool.
+var (
+	envelopeRead = []string{"id", "uuid", "scene", "receive_id_type", "receive_id", "priority", "tz"}
+	checkRead    = []string{"id", "scene", "receive_id_type", "receive_id", "priority", "tz"}
+)
+
+// refLoneSurrogate is the reason data holds a lone surrogate escape where
+// the gate reads text, "" when it holds none: in a top-level key, or in
+// the string value of a key of read, the first in the body's order. It
+// finds them with a json.Decoder's tokens and offsets, and judges each
+// string's raw bytes with loneIn. Its answer means something only for a
+// body whose first value json reads without a syntax error.
+func refLoneSurrogate(data []byte, read []string) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		start := int(dec.InputOffset())
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if r := loneIn(data, start, int(dec.InputOffset())); r != "" {
+			return r
+		}
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
+			return ""
+		}
+		end := int(dec.InputOffset())
+		if slices.Contains(read, tok.(string)) && len(v) > 0 && v[0] == '"' {
+			if r := loneIn(data, end-len(v), end); r != "" {
+				return r
+			}
+		}
+	}
+	return ""
+}
+
+// loneIn is the reason data[from:to], JSON text from outside strings or
+// whole strings, holds a lone surrogate escape, "" when it does not. In
+// JSON a backslash appears only in a string, where it starts an escape,
+// and a \u escape of a high surrogate (D800-DBFF) must be followed at once
+// by one of a low surrogate (DC00-DFFF), which no other may be.
+func loneIn(data []byte, from, to int) string {
+	hex := func(i int) int {
+		if i+4 > to {
+			return -1
+		}
+		v, err := strconv.ParseUint(string(data[i:i+4]), 16, 16)
+		if err != nil {
+			return -1
+		}
+		return int(v)
+	}
+	for i := from; i < to; i++ {
+		if data[i] != '\\' {
+			continue
+		}
+		if i+1 == to || data[i+1] != 'u' {
+			i++
+			continue
+		}
+		switch r := hex(i + 2); {
+		case r >= 0xd800 && r <= 0xdbff:
+			if i+8 <= to && data[i+6] == '\\' && data[i+7] == 'u' {
+				if lo := hex(i + 8); lo >= 0xdc00 && lo <= 0xdfff {
+					i += 11
+					continue
+				}
+			}
+			return loneSurrogate(data[i:i+6], i)
+		case r >= 0xdc00 && r <= 0xdfff:
+			return loneSurrogate(data[i:i+6], i)
+		}
+		i += 5
 	}
 	return ""
 }
@@ -117,6 +202,9 @@ func parseMessageJSON(data []byte, headerID, headerTZ string, maxBytes int) (Mes
 	}
 	var je jsonEnvelope
 	err := json.Unmarshal(data, &je)
+	if r := refLoneSurrogate(data, envelopeRead); r != "" && !isSyntax(err) {
+		return Message{}, invalidf("message is not valid UTF-8 JSON: %s", r)
+	}
 	if r := refAmbiguity(data, envelopeKeys, false); r != "" && !isSyntax(err) {
 		return Message{}, invalidf("message is ambiguous: %s", r)
 	}
@@ -137,6 +225,9 @@ func parseCheckJSON(data []byte) (CheckRequest, error) {
 	dec.DisallowUnknownFields()
 	var ce jsonCheckEnvelope
 	err := dec.Decode(&ce)
+	if r := refLoneSurrogate(data, checkRead); r != "" && !isSyntax(err) {
+		return CheckRequest{}, invalidf("check is not valid UTF-8 JSON: %s", r)
+	}
 	if r := refAmbiguity(data, checkKeys, true); r != "" && !isSyntax(err) {
 		return CheckRequest{}, invalidf("check is ambiguous: %s", r)
 	}
@@ -159,16 +250,22 @@ func parseCheckJSON(data []byte) (CheckRequest, error) {
 // field by field, or fails with json's reason word for word: with
 // envelopeFields as json.Unmarshal does, with checkFields in stream mode as
 // a json.Decoder with DisallowUnknownFields followed by a check for EOF.
-// A body with ambiguous keys (refAmbiguity) that json reads must be
-// refused instead, with the reference's reason; one json cannot read gets
-// json's syntax error. data must pass checkBody, as it does before every
-// scan.
+// A body with a lone surrogate escape (refLoneSurrogate), or else with
+// ambiguous keys (refAmbiguity), that json reads must be refused instead,
+// with the reference's reason; one json cannot read gets json's syntax
+// error. data must pass checkBody, as it does before every scan.
 func scanMatchesJSON(t *testing.T, data []byte) {
 	t.Helper()
 	s := envScan{data: data, fields: envelopeFields}
 	outcome, reason := s.run()
 	var je jsonEnvelope
 	err := json.Unmarshal(data, &je)
+	if lone := refLoneSurrogate(data, envelopeRead); lone != "" && !isSyntax(err) {
+		if outcome != scanBadText || reason != lone {
+			t.Fatalf("scan of %q: outcome %d %q; want it refused as not text: %s", data, outcome, reason, lone)
+		}
+		return
+	}
 	if amb := refAmbiguity(data, envelopeKeys, false); amb != "" && !isSyntax(err) {
 		if outcome != scanAmbiguous || reason != amb {
 			t.Fatalf("scan of %q: outcome %d %q; want it refused as ambiguous: %s", data, outcome, reason, amb)
@@ -199,6 +296,12 @@ func streamScanMatchesJSON(t *testing.T, data []byte) {
 	var ce jsonCheckEnvelope
 	want := scanOK
 	err := dec.Decode(&ce)
+	if lone := refLoneSurrogate(data, checkRead); lone != "" && !isSyntax(err) {
+		if outcome != scanBadText || reason != lone {
+			t.Fatalf("stream scan of %q: outcome %d %q; want it refused as not text: %s", data, outcome, reason, lone)
+		}
+		return
+	}
 	if amb := refAmbiguity(data, checkKeys, true); amb != "" && !isSyntax(err) {
 		if outcome != scanAmbiguous || reason != amb {
 			t.Fatalf("stream scan of %q: outcome %d %q; want it refused as ambiguous: %s", data, outcome, reason, amb)
@@ -309,6 +412,26 @@ var envelopeCases = []string{
 	`{"id":"a\"b","scene":"s\\t","receive_id":"\u00e9\u4e2d\ud83d\ude00"}`,
 	`{"id":"a\/b","scene":"\b\f\n\r\t","receive_id":"r"}`,
 	`{"id":"\ud800","scene":"\udc00x","receive_id":"\ud800\u0041"}`,
+	// Surrogates: a pair is one character; either half alone is refused
+	// in a field the gate reads or a top-level key, and passed in content
+	// and the other values, which are forwarded as sent.
+	`{"id":"a\ud83d\ude00","scene":"s","receive_id":"r"}`,
+	`{"id":"a","scene":"s","receive_id":"r\ud800"}`,
+	`{"id":"a","scene":"s","receive_id":"r\ufffd"}`,
+	`{"id":"a","scene":"s","receive_id":"r\uDFFF"}`,
+	`{"id":"a","scene":"s","receive_id":"r\ud800\ud800\udc00"}`,
+	`{"id":"a","scene":"s","receive_id":"r\udc00\ud800"}`,
+	`{"id":"a","scene":"s","receive_id":"r\ud800\n"}`,
+	`{"id":"a","scene":"s","receive_id":"r\ud800\u12"}`,
+	`{"id":"a","scene":"s","receive_id":"r\ud800\u12g4"}`,
+	`{"id":"a","scene":"s","receive_id":"r\ud800`,
+	`{"id":"a","scene":"s","receive_id":"r\\ud800"}`,
+	`{"id":"a","scene":"s","receive_id":"r","content":{"t":["\udbff"]}}`,
+	`{"id":"a","scene":"s","receive_id":"r","\ud800":1}`,
+	`{"id":"a","scene":"s","receive_id":"r","dry_run":true,"x":"\ud800"}`,
+	`{"id":"a","scene":"s","receive_id":"r","receive_id":"\ud800"}`,
+	`{"id":"a","scene":"s","receive_id":"r"} "\ud800"`,
+	`{"id":5,"scene":"s","receive_id":"\ud800"}`,
 	`{"id":"a","scene":"s","receive_id":"r","content":"\u0000"}`,
 	`{"id":"\u0000","scene":"s","receive_id":"r"}`,
 	`{"id":"a","scene":"s","receive_id":"\u202e"}`,

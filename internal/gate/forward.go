@@ -37,9 +37,10 @@ type Forwarder interface {
 
 // Delivery is one message as the transport received it.
 //
-// The Header fields are the producer's headers, empty when absent. When
-// HeaderID, HeaderScene and HeaderRecipient are all set, ParseDelivery takes
-// the message from them and does not decode Data (the header fast path).
+// The Header fields are the producer's headers, empty when absent (see
+// ReadHeaders). When HeaderID, HeaderScene and HeaderRecipient are all set,
+// ParseDelivery takes the message from them and does not decode Data (the
+// header fast path).
 type Delivery struct {
 	Data            []byte
 	HeaderID        string // the Nats-Msg-Id header, if any
@@ -47,9 +48,43 @@ type Delivery struct {
 	HeaderRecipient string // the Gate-Recipient header (receive_id_type:receive_id), if any
 	HeaderPriority  string // the Gate-Priority header, if any
 	HeaderTZ        string // the Gate-TZ header, if any
-	Seq             uint64 // the message's sequence in the inbound stream
-	NumDelivered    uint64 // 1 on first delivery
-	ReceivedAt      time.Time
+	// RepeatedHeader names the first header of InboundHeaders that the
+	// message gives more than once, "" when none is: ParseDelivery refuses
+	// the message.
+	RepeatedHeader string
+	Seq            uint64 // the message's sequence in the inbound stream
+	NumDelivered   uint64 // 1 on first delivery
+	ReceivedAt     time.Time
+}
+
+// InboundHeaders are the headers of an inbound message the gate reads, in
+// the order ReadHeaders judges them: the header fast path's and Gate-TZ.
+var InboundHeaders = [...]string{MsgIDHeader, SceneHeader, RecipientHeader, PriorityHeader, TZHeader}
+
+// ReadHeaders sets d's Header fields from h, an inbound message's headers
+// as NATS hands them over (names case-sensitive, each with its values in
+// the order given; nil when there are none). A header the gate reads
+// given twice is refused as a body key given twice is (see
+// envelope_keys.go): the gate would take the first value and a reader
+// downstream might take the last, and count one message while another is
+// delivered. So a repeated one is named in RepeatedHeader, for
+// ParseDelivery to refuse, even when the values agree: one rule, and
+// nothing a producer needs, since a header it means once it sends once.
+func (d *Delivery) ReadHeaders(h map[string][]string) {
+	if len(h) == 0 {
+		return
+	}
+	fields := [len(InboundHeaders)]*string{&d.HeaderID, &d.HeaderScene, &d.HeaderRecipient, &d.HeaderPriority, &d.HeaderTZ}
+	for i, name := range InboundHeaders {
+		vs := h[name]
+		if len(vs) == 0 {
+			continue
+		}
+		if len(vs) > 1 && d.RepeatedHeader == "" {
+			d.RepeatedHeader = name
+		}
+		*fields[i] = vs[0]
+	}
 }
 
 // BatchStarter decides a batch in two steps, so that a transport can keep

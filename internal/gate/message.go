@@ -63,8 +63,38 @@ type Message struct {
 	Raw  []byte
 }
 
-// Recipient is the key of a message's recipient: receive_id_type:receive_id.
+// Recipient is the key of a message's recipient: receive_id_type:receive_id,
+// its receive_id as RecipientID keeps it.
 func (m Message) Recipient() string { return m.ReceiveIDType + ":" + m.ReceiveID }
+
+// RecipientID is the receive_id the gate keeps for a recipient of id type
+// typ, checked as a message's (CheckName): the one every window, audit row,
+// preference and check is keyed by. An email address is trimmed of the
+// white space around it and its ASCII letters are lower-cased, since
+// Feishu matches email recipients so: "Alice@Example.com " and
+// "alice@example.com" are one person, and must share one window. Other
+// characters stay as sent, as lower-casing them could change their length.
+// Feishu's own ids (open_id, union_id, user_id, chat_id) are matched
+// byte-exact and kept as sent.
+func RecipientID(typ, id string) string {
+	if typ != "email" {
+		return id
+	}
+	id = strings.TrimSpace(id)
+	i := strings.IndexFunc(id, isUpperASCII)
+	if i < 0 {
+		return id
+	}
+	b := []byte(id)
+	for ; i < len(b); i++ {
+		if isUpperASCII(rune(b[i])) {
+			b[i] += 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+func isUpperASCII(r rune) bool { return 'A' <= r && r <= 'Z' }
 
 // envelope is the JSON a producer publishes, as far as the gate reads it:
 // each field "" when absent or null. It has no field for content or
@@ -84,7 +114,11 @@ type envelope struct {
 // Keys match exactly, and a body whose top-level keys are ambiguous (one
 // given twice, or a field's name in other letter case: "Receive_Id") is
 // invalid, since a reader downstream could take it for another message
-// than the one decided (envelope_keys.go).
+// than the one decided (envelope_keys.go). So is a body with a lone
+// surrogate escape ("\ud800") in a top-level key or a field the gate
+// reads: it is no UTF-8 text, and json would read it as U+FFFD, one id or
+// recipient with "\ufffd". Inside content, which the gate forwards as sent
+// and never reads, it passes, as a \u0000 escape does.
 //
 // The tz field, when not empty, must name an IANA time zone (LoadZone):
 // Message.TZ is it and Message.Zone it loaded. An unknown zone is invalid,
@@ -102,6 +136,8 @@ func parseMessage(data []byte, headerID, headerTZ string, maxBytes int) (Message
 	}
 	s := envScan{data: data, fields: envelopeFields}
 	switch outcome, reason := s.run(); outcome {
+	case scanBadText:
+		return Message{}, invalidf("message is not valid UTF-8 JSON: %s", reason)
 	case scanAmbiguous:
 		return Message{}, invalidf("message is ambiguous: %s", reason)
 	case scanSyntax, scanBadField:
@@ -144,6 +180,7 @@ func (env *envelope) message(raw []byte, headerID, headerTZ string) (Message, er
 	if err := checkReceiveIDType("", m.ReceiveIDType); err != nil {
 		return scene, err
 	}
+	m.ReceiveID = RecipientID(m.ReceiveIDType, m.ReceiveID)
 	if m.Priority, err = parsePriority("priority", env.Priority); err != nil {
 		return scene, err
 	}
@@ -263,7 +300,14 @@ const (
 //
 // Otherwise it is ParseMessage(d.Data, d.HeaderID, maxBytes), except that a
 // Gate-TZ header wins over the body's tz field (which is then not read).
+//
+// On either path, a message that gives a header the gate reads more than
+// once (d.RepeatedHeader, see Delivery.ReadHeaders) is invalid, with an
+// error naming the header.
 func ParseDelivery(d Delivery, maxBytes int) (Message, error) {
+	if d.RepeatedHeader != "" {
+		return Message{}, invalidf("%s header is given more than once: a header the gate reads must be given once, as a key of the body must, since readers that take the first value and the last would read two messages", d.RepeatedHeader)
+	}
 	if d.HeaderID == "" || d.HeaderScene == "" || d.HeaderRecipient == "" {
 		return parseMessage(d.Data, d.HeaderID, d.HeaderTZ, maxBytes)
 	}
@@ -290,7 +334,7 @@ func ParseDelivery(d Delivery, maxBytes int) (Message, error) {
 	if err := checkReceiveIDType(RecipientHeader+" header: ", typ); err != nil {
 		return scene, err
 	}
-	m.ReceiveIDType = typ
+	m.ReceiveIDType, m.ReceiveID = typ, RecipientID(typ, m.ReceiveID)
 	if m.Priority, err = parsePriority(PriorityHeader+" header", d.HeaderPriority); err != nil {
 		return scene, err
 	}

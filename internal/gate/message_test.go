@@ -55,6 +55,24 @@ func TestParseMessage(t *testing.T) {
 		{name: "path as tz", data: `{"id":"m","scene":"s","receive_id":"1","tz":"../../etc/passwd"}`, wantErr: `tz "../../etc/passwd" is an unknown time zone`},
 		{name: "blank tz", data: `{"id":"m","scene":"s","receive_id":"1","tz":" "}`, wantErr: `tz " " is an unknown time zone`},
 		{name: "tz as a number", data: `{"id":"m","scene":"s","receive_id":"1","tz":8}`, wantErr: `field "tz" must be a string`},
+		// A lone surrogate escape is read as U+FFFD by JSON readers: "r\ud800"
+		// would be the recipient "r\ufffd". Refused where the gate reads
+		// text; a pair is one character; content is forwarded as sent.
+		{name: "lone high surrogate in the recipient", data: `{"id":"m","scene":"s","receive_id":"r\ud800"}`,
+			wantErr: `message is not valid UTF-8 JSON: \ud800 at byte 37 is a lone surrogate escape`},
+		{name: "lone low surrogate in the id", data: `{"id":"m\uDFFF","scene":"s","receive_id":"r"}`, wantErr: `\uDFFF at byte 8 is a lone surrogate escape`},
+		{name: "reversed pair in the scene", data: `{"id":"m","scene":"s\udc00\ud800","receive_id":"r"}`, wantErr: `\udc00 at byte 20 is a lone surrogate escape`},
+		{name: "lone surrogate in a key", data: `{"id":"m","scene":"s","receive_id":"r","\ud800":1}`, wantErr: `\ud800 at byte 40 is a lone surrogate escape`},
+		{name: "email recipient, trimmed and in lower case", data: `{"id":"m","scene":"s","receive_id_type":"email","receive_id":" Alice.O'Neil@Example.COM  "}`,
+			want: Message{ID: "m", Scene: "s", ReceiveIDType: "email", ReceiveID: "alice.o'neil@example.com", Priority: PriorityNormal}},
+		{name: "email recipient, other letters as sent", data: `{"id":"m","scene":"s","receive_id_type":"email","receive_id":"Ünal@Example.com"}`,
+			want: Message{ID: "m", Scene: "s", ReceiveIDType: "email", ReceiveID: "Ünal@example.com", Priority: PriorityNormal}},
+		{name: "Feishu ids byte-exact", data: `{"id":"m","scene":"s","receive_id_type":"user_id","receive_id":" Ou_AB "}`,
+			want: Message{ID: "m", Scene: "s", ReceiveIDType: "user_id", ReceiveID: " Ou_AB ", Priority: PriorityNormal}},
+		{name: "surrogate pair", data: `{"id":"m","scene":"s","receive_id":"r\ud83d\ude00"}`,
+			want: Message{ID: "m", Scene: "s", ReceiveIDType: "open_id", ReceiveID: "r\U0001F600", Priority: PriorityNormal}},
+		{name: "lone surrogate in content", data: `{"id":"m","scene":"s","receive_id":"r","content":"\ud800"}`,
+			want: Message{ID: "m", Scene: "s", ReceiveIDType: "open_id", ReceiveID: "r", Priority: PriorityNormal}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,6 +139,10 @@ func TestParseDelivery(t *testing.T) {
 			want: Message{ID: "h1", Scene: "s", ReceiveIDType: "chat_id", ReceiveID: "oc_1", Priority: PriorityNormal}},
 		{name: "recipient cut at the first colon", d: hdr("h1", "s", "email:a:b@c", ""),
 			want: Message{ID: "h1", Scene: "s", ReceiveIDType: "email", ReceiveID: "a:b@c", Priority: PriorityNormal}},
+		{name: "email recipient header, trimmed and in lower case", d: hdr("h1", "s", "email: A@B.c ", ""),
+			want: Message{ID: "h1", Scene: "s", ReceiveIDType: "email", ReceiveID: "a@b.c", Priority: PriorityNormal}},
+		{name: "open_id recipient header byte-exact", d: hdr("h1", "s", "open_id: OU_1 ", ""),
+			want: Message{ID: "h1", Scene: "s", ReceiveIDType: "open_id", ReceiveID: " OU_1 ", Priority: PriorityNormal}},
 		{name: "unicode recipient", d: hdr("h1", "s", "user_id:用户✓", "low"),
 			want: Message{ID: "h1", Scene: "s", ReceiveIDType: "user_id", ReceiveID: "用户✓", Priority: PriorityLow}},
 		{name: "body is not decoded", d: withBody(hdr("h1", "s", "open_id:ou_1", ""), `not json at all`),
@@ -273,7 +295,8 @@ func FuzzParseDelivery(f *testing.F) {
 			t.Fatalf("Gate-TZ %q lost: got %+v", tz, m)
 		}
 		if id != "" && scene != "" && recipient != "" {
-			if m.ID != id || m.Scene != scene || m.Recipient() != recipient || m.TZ != tz {
+			typ, rid, _ := strings.Cut(recipient, ":")
+			if m.ID != id || m.Scene != scene || m.Recipient() != typ+":"+RecipientID(typ, rid) || m.TZ != tz {
 				t.Fatalf("header path: got %+v from headers %q %q %q", m, id, scene, recipient)
 			}
 		}
@@ -472,6 +495,9 @@ func checkParsed(t *testing.T, m Message, err error) bool {
 	}
 	if !receiveIDTypes[m.ReceiveIDType] || !ValidPriority(m.Priority) {
 		t.Fatalf("accepted an unknown id type or priority: %+v", m)
+	}
+	if RecipientID(m.ReceiveIDType, m.ReceiveID) != m.ReceiveID {
+		t.Fatalf("accepted a receive_id not as the gate keeps it: %+v", m)
 	}
 	if (m.TZ == "") != (m.Zone == nil) || (m.Zone != nil && m.Zone.String() != m.TZ) || (m.TZ != "" && !zoneName(m.TZ)) {
 		t.Fatalf("accepted a zone that does not match its name: %+v", m)

@@ -109,7 +109,11 @@ func (p *Preferences) Check() error {
 
 // CheckRecipient checks a recipient key, receive_id_type:receive_id, with
 // the checks a message's fields get (the known id types, CheckName on the
-// receive_id). Its error wraps ErrBadRequest.
+// receive_id), and refuses one that is not as the gate keeps it
+// (RecipientID: an email address trimmed and in lower case): preferences
+// under "email:Alice@Example.com" would never meet a message, since every
+// message to that address is keyed "email:alice@example.com". Its error
+// wraps ErrBadRequest.
 func CheckRecipient(key string) error {
 	typ, id, ok := strings.Cut(key, ":")
 	if !ok {
@@ -120,6 +124,10 @@ func CheckRecipient(key string) error {
 	}
 	if err := CheckName("receive_id of the recipient", id, MaxReceiveIDBytes); err != nil {
 		return fmt.Errorf("%w: %s", ErrBadRequest, InvalidReason(err))
+	}
+	if kept := RecipientID(typ, id); kept != id {
+		return fmt.Errorf("%w: recipient %q: an email receive_id is matched trimmed and in lower case, and kept so: write %q",
+			ErrBadRequest, clip(key), clip(typ+":"+kept))
 	}
 	return nil
 }

@@ -70,17 +70,19 @@ var refundFields = []scanField{stringField("id")}
 // ParseRefund reads a refund request's body, {"id": "…"}, and returns the
 // id. Other fields are ignored, so a sender may hand back the envelope it
 // received from gate.out. The body is held to what every body is (within
-// MaxRefundBytes, valid UTF-8 without NUL bytes: an id that is not UTF-8
-// would otherwise be read as another one, with U+FFFD) and its keys to an
-// envelope's (exact; none given twice; no "ID"). A body that is not such
-// an object, or whose id is missing, empty or over MaxIDBytes, gives an
-// *InvalidError.
+// MaxRefundBytes, valid UTF-8 without NUL bytes, no lone surrogate escape:
+// an id that is not UTF-8 would otherwise be read as another one, with
+// U+FFFD) and its keys to an envelope's (exact; none given twice; no
+// "ID"). A body that is not such an object, or whose id is missing, empty
+// or over MaxIDBytes, gives an *InvalidError.
 func ParseRefund(body []byte) (string, error) {
 	if err := checkBody(body, MaxRefundBytes, "UTF-8 JSON"); err != nil {
 		return "", err
 	}
 	s := envScan{data: body, fields: refundFields}
 	switch outcome, reason := s.run(); outcome {
+	case scanBadText:
+		return "", invalidf("refund body is not valid UTF-8 JSON: %s", reason)
 	case scanAmbiguous:
 		return "", invalidf("refund body is ambiguous: %s", reason)
 	case scanSyntax, scanBadField:
@@ -144,10 +146,13 @@ type Refunder interface {
 
 // RefundRequestOf is the admit request of a ledger entry under the rules
 // in force: the request whose admission Forget undoes. Forget needs only
-// its id, recipient and scene, which name the windows; the limits, caps
-// and zone are filled as an admission would have them, so that a store
-// that keys a window by them finds the same window. The zone is the
-// message's own (entry.TZ) if it still loads, else the scene's.
+// its id, recipient and scene, which name the windows, and the rate
+// limits' intervals; the limits, caps and zone are filled as an admission
+// would have them, so that a store that keys a window by them finds the
+// same window. The zone is the message's own (entry.TZ) if it still loads,
+// else the scene's. What the admission took (less than a plain one for a
+// bypass past a full limit) is the store's to remember, not the request's:
+// only the store saw whether the limit was full.
 func RefundRequestOf(rs *RuleSet, e LedgerEntry) AdmitRequest {
 	rule, _ := rs.Scene(e.Scene)
 	return rs.AdmitRequestFor(rule, e.Key, e.Recipient, e.Scene, rule.Bypasses(e.Priority), rule.ZoneNamed(e.TZ))

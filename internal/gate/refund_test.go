@@ -36,6 +36,12 @@ func TestParseRefund(t *testing.T) {
 		{`{"id":"m-1","Id":"m-2"}`, ""},
 		{`{"id":"m-1","scene":"a","scene":"b"}`, ""},
 		{`{"id":"m\u002d1"}`, "m-1"},
+		// A lone surrogate escape would be read as U+FFFD: another id. A
+		// pair is one character; content is not read.
+		{`{"id":"m-\ud800"}`, ""},
+		{`{"id":"m-\udfff"}`, ""},
+		{`{"id":"m-\ud83d\ude00"}`, "m-\U0001F600"},
+		{`{"id":"m-1","content":{"text":"\ud800"}}`, "m-1"},
 	} {
 		got, err := ParseRefund([]byte(tt.body))
 		switch {

@@ -27,7 +27,11 @@ type AdmitRequest struct {
 	Limits    []Limit // the scene's limits (may be empty)
 	Caps      []Limit // the recipient caps (may be empty)
 	// Force admits the message whatever the counts (a bypass priority); it
-	// still counts in every window.
+	// still counts in every window. Past a full limit it takes no free slot
+	// of it, as there is none: a rate limit's theoretical arrival time
+	// moves no more than a burst ahead of now, and in a full window its
+	// entry takes the place of the oldest. The store keeps what it took
+	// with the id, for Forget.
 	Force bool
 	// Zone is the time zone of calendar limits (nil is UTC).
 	Zone *time.Location
@@ -98,12 +102,19 @@ type AdmitResult struct {
 // anything is recorded. On a transient error, some requests of the batch
 // may have been recorded; retrying them returns Duplicate.
 //
-// Forget takes the ids of reqs out of the windows their admission counted
-// them in (the scene's and the recipient's caps): the undo of an admission
-// the ledger shows was a second decision of an id decided before, or of a
-// refunded one. When the scene window still holds the id, the rate limits
-// of reqs' Limits and Caps get its slot back (their theoretical arrival
-// times move back one interval). An id that is not there changes nothing.
+// Forget gives back what the admissions of reqs' ids took, and nothing
+// else: the undo of an admission the ledger shows was a second decision of
+// an id decided before, or of a refunded one. A plain admission took its
+// entries in the scene's window and the recipient caps', and one interval
+// of each rate limit of reqs' Limits and Caps (the rules' intervals in
+// force now); a forced one (AdmitRequest.Force) may have taken less, which
+// the store remembers with the id: a rate limit gets back only what its
+// admission moved it, and an entry that took the place of one it pushed
+// out of a full window stays, since that one still counted. So a bypass
+// message's refund never frees a slot another message holds. Rate limits
+// get anything back only when the scene window still holds the id; an id
+// that is not there (never admitted, forgotten before, or pushed out by
+// newer ones) changes nothing, so Forget is idempotent.
 type WindowStore interface {
 	Admit(ctx context.Context, reqs []AdmitRequest) ([]AdmitResult, error)
 	Forget(ctx context.Context, reqs []AdmitRequest) error

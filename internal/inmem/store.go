@@ -72,7 +72,30 @@ type window struct {
 type entry struct {
 	at int64 // ms
 	id string
+	// took is set on the entries of a forced admission (nil on every
+	// other): what it took, which Forget gives back.
+	took *took
 }
+
+// took is what a forced admission took where it may have taken less than a
+// plain one, which takes its entries and one interval of each rate limit:
+// past a full limit, it moves a rate limit's TAT only up to a burst ahead
+// of now, and in a full window its entry takes the place of the oldest.
+// Forget gives back exactly this, so that a bypass message's refund never
+// frees a slot that someone else's message holds.
+type took struct {
+	// kept is set when the entry stands where an entry it pushed out of a
+	// full window stood (a window keeps only its newest members): that one
+	// still counted, so the entry stays and holds its place.
+	kept bool
+	// scene and caps are how far the admission moved the TAT of the
+	// scene's and the caps' rate limit (ms).
+	scene, caps int64
+}
+
+// plain is what a plain admission took: its entries, and one interval of
+// each rate limit (-1).
+var plain = took{scene: -1, caps: -1}
 
 func compareEntries(a, b entry) int {
 	return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.id, b.id))
@@ -131,10 +154,12 @@ func keysOf(r *gate.AdmitRequest) (scene, caps windowKey) {
 	return windowKey{recipient: r.Recipient, scene: r.Scene}, windowKey{recipient: r.Recipient, capWindow: true}
 }
 
-// Forget takes reqs' ids out of their scene and cap windows, and gives
-// back the slot their admission took from the rate limits of reqs' Limits
-// and Caps (one emission interval off each theoretical arrival time) when
-// the scene window still held the id; see gate.WindowStore.
+// Forget gives back what the admissions of reqs' ids took, as admit.lua's
+// forget.lua does; see gate.WindowStore. Their entries leave the scene and
+// cap windows, and when the scene window still held the id, the rate
+// limits of reqs' Limits and Caps get back what the admission moved their
+// theoretical arrival times: one emission interval, or less for a forced
+// admission past a full limit (see took).
 func (s *Store) Forget(ctx context.Context, reqs []gate.AdmitRequest) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("forget: %w: %w", gate.ErrUnavailable, err)
@@ -145,37 +170,60 @@ func (s *Store) Forget(ctx context.Context, reqs []gate.AdmitRequest) error {
 	for i := range reqs {
 		r := &reqs[i]
 		sk, ck := keysOf(r)
-		counted := false
-		for _, k := range []windowKey{sk, ck} {
-			w := s.windows[k]
-			if w == nil {
-				continue
-			}
-			n := len(w.entries)
-			w.entries = slices.DeleteFunc(w.entries, func(e entry) bool { return e.id == r.ID })
-			counted = counted || (k == sk && len(w.entries) < n)
-			if len(w.entries) == 0 {
-				delete(s.windows, k)
-			}
-		}
+		t, counted := s.forget(sk, r.ID)
+		s.forget(ck, r.ID)
 		if !counted {
 			continue
 		}
-		s.giveBack(sk, r.Limits, now)
-		s.giveBack(ck, r.Caps, now)
+		s.giveBack(sk, r.Limits, t.scene, now)
+		s.giveBack(ck, r.Caps, t.caps, now)
 	}
 	return nil
 }
 
-// giveBack takes one emission interval off the theoretical arrival time of
-// the rate limit among limits, kept under k.
-func (s *Store) giveBack(k windowKey, limits []gate.Limit, now int64) {
+// forget takes id out of the window of k and returns what its admission
+// took, or false when the window does not hold it. An entry that holds the
+// place of one it pushed out (took.kept) stays, and gives nothing back
+// again.
+func (s *Store) forget(k windowKey, id string) (took, bool) {
+	w := s.windows[k]
+	if w == nil {
+		return took{}, false
+	}
+	i := slices.IndexFunc(w.entries, func(e entry) bool { return e.id == id })
+	if i < 0 {
+		return took{}, false
+	}
+	e := &w.entries[i]
+	t := plain
+	if e.took != nil {
+		t = *e.took
+	}
+	if t.kept {
+		e.took = &took{kept: true}
+		return t, true
+	}
+	w.entries = slices.Delete(w.entries, i, i+1)
+	if len(w.entries) == 0 {
+		delete(s.windows, k)
+	}
+	return t, true
+}
+
+// giveBack moves the theoretical arrival time of the rate limit among
+// limits, kept under k, back by (ms): what the admission moved it, never
+// more than one emission interval of the rules in force (what a plain
+// admission gets back), which by -1 stands for.
+func (s *Store) giveBack(k windowKey, limits []gate.Limit, by, now int64) {
 	l, i := gate.RateLimit(limits)
 	st := s.rates[k]
 	if i < 0 || st == nil {
 		return
 	}
-	st.tat -= l.RateMillis()
+	if every := l.RateMillis(); by < 0 || by > every {
+		by = every
+	}
+	st.tat -= by
 	if st.tat <= now {
 		delete(s.rates, k)
 		return
@@ -232,17 +280,52 @@ func (s *Store) admit(now int64, r *gate.AdmitRequest) gate.AdmitResult {
 	if r.DryRun {
 		return res
 	}
-	s.record(sk, scene, entry{now, r.ID}, sMax, sUntil+expiryMargin)
-	if counted(r.Caps) {
-		s.record(ck, caps, entry{now, r.ID}, cMax, cUntil+expiryMargin)
+	// What a forced admission takes is kept with its entries (see took).
+	var st, ct *took
+	if r.Force {
+		st, ct = &took{scene: -1, caps: -1}, &took{scene: -1, caps: -1}
 	}
+	// A scene without limits counts none of the ids it keeps.
+	sCounts := now + 1
+	if len(r.Limits) > 0 {
+		sCounts = windowFrom(r.Limits, now, r.Zone)
+	}
+	sPushed := s.record(sk, scene, entry{now, r.ID, st}, sMax, sUntil+expiryMargin, sCounts)
+	var cPushed bool
+	if counted(r.Caps) {
+		cPushed = s.record(ck, caps, entry{now, r.ID, ct}, cMax, cUntil+expiryMargin, windowFrom(r.Caps, now, r.Zone))
+	}
+	var sMoved, cMoved int64
 	if si >= 0 {
-		s.advance(sk, sTAT, now, sRate)
+		sMoved = s.advance(sk, sTAT, now, sRate)
 	}
 	if ci >= 0 {
-		s.advance(ck, cTAT, now, cRate)
+		cMoved = s.advance(ck, cTAT, now, cRate)
+	}
+	if r.Force {
+		st.kept, ct.kept = sPushed, cPushed
+		if si >= 0 && sMoved < sRate.RateMillis() {
+			st.scene = sMoved
+		}
+		if ci >= 0 && cMoved < cRate.RateMillis() {
+			st.caps = cMoved
+		}
 	}
 	return res
+}
+
+// windowFrom returns the earliest admission time (ms) that a window of
+// limits (not a rate limit, which counts no members) counts at now, or
+// now+1 when none does.
+func windowFrom(limits []gate.Limit, now int64, zone *time.Location) int64 {
+	from := now + 1
+	for _, l := range limits {
+		if l.Rate == 0 {
+			f, _ := bound(l, now, zone)
+			from = min(from, f)
+		}
+	}
+	return from
 }
 
 // counted reports whether limits count in a window (of members) rather
@@ -263,16 +346,19 @@ func (s *Store) tat(k windowKey, now int64) int64 {
 // advance records an admission in the rate limit l, whose TAT at now is
 // tat: one interval later, but never more than a burst ahead of now, so
 // that forced admissions hold the limit shut for one interval at most, as
-// a window keeps no more members than its largest max. A state kept under
-// k is updated in place.
-func (s *Store) advance(k windowKey, tat, now int64, l gate.Limit) {
+// a window keeps no more members than its largest max; and never earlier
+// (a TAT further ahead, from a longer interval of rules since changed,
+// stays). A state kept under k is updated in place. It returns how far the
+// TAT moved (ms).
+func (s *Store) advance(k windowKey, tat, now int64, l gate.Limit) int64 {
 	every := l.RateMillis()
-	next := min(tat+every, now+int64(l.Max)*every)
+	next := max(tat, min(tat+every, now+int64(l.Max)*every))
 	if st := s.rates[k]; st != nil {
 		st.tat, st.expires = next, next+expiryMargin
-		return
+	} else {
+		s.rates[k] = &rateState{tat: next, expires: next + expiryMargin}
 	}
-	s.rates[k] = &rateState{tat: next, expires: next + expiryMargin}
+	return next - tat
 }
 
 // live returns the window of k with the members admitted before from (ms)
@@ -297,8 +383,10 @@ func (s *Store) live(k windowKey, now, from int64) *window {
 }
 
 // record adds e to the window of k, keeps its newest keep members and sets
-// its expiry.
-func (s *Store) record(k windowKey, w *window, e entry, keep int, expires int64) {
+// its expiry. It reports whether a member it drops was still counted by a
+// window of the key (admitted at or after counts): only a forced admission
+// pushes such a member out.
+func (s *Store) record(k windowKey, w *window, e entry, keep int, expires, counts int64) (pushed bool) {
 	if w == nil {
 		w = &window{}
 		s.windows[k] = w
@@ -306,9 +394,11 @@ func (s *Store) record(k windowKey, w *window, e entry, keep int, expires int64)
 	at, _ := slices.BinarySearchFunc(w.entries, e, compareEntries)
 	w.entries = slices.Insert(w.entries, at, e)
 	if extra := len(w.entries) - keep; extra > 0 {
+		pushed = slices.ContainsFunc(w.entries[:extra], func(o entry) bool { return o.at >= counts })
 		w.entries = slices.Delete(w.entries, 0, extra)
 	}
 	w.expires = expires
+	return pushed
 }
 
 func (w *window) has(id string) bool {

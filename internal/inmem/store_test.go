@@ -74,7 +74,12 @@ func (s *Store) members(recipient, scene string) int {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Harness{
+	storetest.Run(t, harness())
+}
+
+// harness opens stores on a fake clock of their own.
+func harness() storetest.Harness {
+	return storetest.Harness{
 		Open: func(t *testing.T) storetest.Backend {
 			clock := newFakeClock()
 			s := New(Options{Now: clock.Now})
@@ -91,7 +96,7 @@ func TestConformance(t *testing.T) {
 				Travel:  clock.Set,
 			}
 		},
-	})
+	}
 }
 
 // Admit sweeps expired windows by itself once SweepEvery has passed, so

@@ -34,7 +34,9 @@ var _ gate.Refunder = (*Refunder)(nil)
 //
 // The request to forget carries the limits in force now, not those of the
 // decision: the windows are found by recipient and scene alone, and a rate
-// limit (GCRA) gets back one emission interval of the rate it has now.
+// limit (GCRA) gets back what the admission took of it, one emission
+// interval of the rate it has now at most. A bypass message forced past a
+// full limit took less, and gives back only that (see gate.WindowStore).
 func (r *Refunder) Refund(ctx context.Context, body []byte, source gate.RefundSource) (res gate.RefundResult, err error) {
 	defer func() { r.count(err, res.AlreadyRefunded) }()
 	id, err := gate.ParseRefund(body)

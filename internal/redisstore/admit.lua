@@ -11,6 +11,7 @@
 --   'g' .. tag(t) .. ms(x)   x the TAT of scene t's rate limit; 'g' \128 .. ms(x) the caps'
 --   \128 .. ms(x) .. hash(id) an entry of the recipient cap window, admitted at x
 --   tag(t) .. ms(x) .. hash(id) an entry of the scene window of tag t, admitted at x
+--   either entry .. undo     a forced admission that took less than a plain one (below)
 --   ('w' is kept for warning thresholds: see docs/architecture.md.)
 -- tag(t) is one byte 128 + t for t < 127, else 255 and two bytes of t: no tag is the
 -- prefix of another, so no two scenes' entries, or a scene's and the caps', can be
@@ -44,6 +45,16 @@
 -- TAT + T (never past now + B * T: a forced admission holds the limit shut for one
 -- interval at most). A rejected message reopens at TAT - (B - 1) * T; its count is the
 -- slots in use, ceil((TAT - now) / T).
+--
+-- What an admission took, forget.lua gives back, and nothing else. A plain admission took
+-- its entries and one interval of each rate limit. A forced one past a full limit may have
+-- taken less, and says so in its entries' undo, written only then: after the scene entry,
+-- one byte of flags, 1 (its entry stands where an entry it pushed out of a full window
+-- stood: the window keeps its newest K, so the one pushed out still counted), 2 (the
+-- scene's TAT moved by less than an interval: ms(that much) follows), 4 (the same of the
+-- caps' TAT, after the scene's); after the cap entry, the byte 1 alone. An unforced
+-- admission never pushes out an entry a window counts (it passed the limit that counts
+-- the most) and always moves a TAT one interval, so it writes no undo.
 --
 -- Returns one reply per message: {now_ms, 1} admitted, or with want tightest {now_ms, 1,
 -- scope, limit index, count}, naming the limit with the fewest slots left after it and
@@ -112,6 +123,9 @@ for k = 1, tonumber(ARGV[1]) do
 end
 
 local CAP = char(128)
+-- HASH is the length of hash(id) (every member is one, the first message's as good as
+-- any), which ends an entry unless an undo follows; PUSHED is the undo of a cap entry.
+local HASH, PUSHED = #(ARGV[a] or ''), char(1)
 -- tags[t] is tag(t), gtags[t] its TAT's member, each made once per call.
 local tags, gtags = {}, {}
 local function tag(t)
@@ -135,10 +149,11 @@ local function flagsOf(f)
 end
 
 -- span returns, over the n pairs from P[at], the earliest score any of them counts, how
--- long past now one of them still needs its members (ms), and the largest max. per holds
+-- long past now one of them still needs its members (ms), the largest max, and the
+-- earliest score a window (not a rate limit, which counts no members) counts. per holds
 -- the message's calendar periods, rt the set's rate limit.
 local function span(at, n, per, rt)
-  local from, keep, k = now + 1, 0, 0
+  local from, keep, k, wfrom = now + 1, 0, 0, now + 1
   for i = at, at + 2 * (n - 1), 2 do
     local w, m = P[i], P[i + 1]
     if w == 0 then
@@ -146,13 +161,13 @@ local function span(at, n, per, rt)
       from, keep = math.min(from, now - b + 1), math.max(keep, b)
     elseif w < 0 then
       local p = per[-w]
-      from, keep = math.min(from, p[1]), math.max(keep, p[2] - now)
+      from, keep, wfrom = math.min(from, p[1]), math.max(keep, p[2] - now), math.min(wfrom, p[1])
     else
-      from, keep = math.min(from, now - w + 1), math.max(keep, w)
+      from, keep, wfrom = math.min(from, now - w + 1), math.max(keep, w), math.min(wfrom, now - w + 1)
     end
     k = math.max(k, m)
   end
-  return from, keep, k
+  return from, keep, k, wfrom
 end
 
 -- periods returns the {start, end} of the nb triples from ARGV[at] that hold now, or nil
@@ -177,7 +192,8 @@ local function merge(got, T, w, key, pre)
   local old = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   if #old == 0 then return old end
   local seen = {}
-  for i = 1, #w do seen[sub(got[w[i]], #pre + 7)] = true end
+  -- The hash alone: an entry may carry an undo after it.
+  for i = 1, #w do seen[sub(got[w[i]], #pre + 7, #pre + 6 + HASH)] = true end
   for i = 1, #old, 2 do
     local h = old[i]
     if not seen[h] then
@@ -237,15 +253,43 @@ end
 
 -- trim adds to gone the entries of w (indices of got, their times in T) that leave it
 -- when new joins: all but the newest k - 1 others, and those older than from, which no
--- limit counts.
-local function trim(got, T, w, from, k, new, gone)
-  local kept = 1
+-- limit counts. It returns whether one that leaves is still counted by a window (its time
+-- at or after wfrom): only a forced admission pushes such an entry out.
+local function trim(got, T, w, from, k, new, gone, wfrom)
+  local kept, pushed = 1, false
   for j = #w, 1, -1 do
     local m = got[w[j]]
     if m ~= new then
-      if kept < k and T[w[j]] >= from then kept = kept + 1 else gone[#gone + 1] = m end
+      local x = T[w[j]]
+      if kept < k and x >= from then
+        kept = kept + 1
+      else
+        gone[#gone + 1] = m
+        pushed = pushed or x >= wfrom
+      end
     end
   end
+  return pushed
+end
+
+-- advance records an admission in the rate limit rt: its TAT moves one interval, but
+-- never more than a burst ahead of now, nor back (a TAT further ahead, from a longer
+-- interval of rules since changed, stays). It returns how far the TAT moved.
+local function advance(rt)
+  local was = rt.tat
+  rt.tat = math.max(was, math.min(was + rt.every, now + rt.burst * rt.every))
+  return rt.tat - was
+end
+
+-- undo is what a forced admission appends to its scene entry when it took less than a
+-- plain one (see the top), or '' when it took as much: pushed, whether its entry took the
+-- place of one a window still counted, and how far it moved the TATs of srt and crt.
+local function undo(pushed, srt, ds, crt, dc)
+  local f, s = pushed and 1 or 0, ''
+  if srt and ds < srt.every then f, s = f + 2, ms(ds) end
+  if crt and dc < crt.every then f, s = f + 4, s .. ms(dc) end
+  if f == 0 then return '' end
+  return char(f) .. s
 end
 
 -- put adds to the ZADD add a value member (pre .. ms(x)), and to gone was, the member it
@@ -343,17 +387,24 @@ local function decide(ki, a, f)
     if crt then crt.old = KEYS[ok] end
   end
 
-  -- A scene without limits still keeps its ids (for duplicates) as long as the caps need them.
-  local sfrom, skeep, sk
-  if ns > 0 then sfrom, skeep, sk = span(first, ns, per, srt) else sfrom, skeep, sk = span(capfirst, nc, per, crt) end
+  -- A scene without limits still keeps its ids (for duplicates) as long as the caps need
+  -- them; its window then counts none of them.
+  local sfrom, skeep, sk, swfrom
+  if ns > 0 then
+    sfrom, skeep, sk, swfrom = span(first, ns, per, srt)
+  else
+    sfrom, skeep, sk = span(capfirst, nc, per, crt)
+    swfrom = now + 1
+  end
   local smember = stag .. nowms .. id
   local sold
   if legacy then sold = merge(got, T, S, oldS, stag) end
   local hp = sp + 6
+  local he = hp + HASH - 1
   for j = #S, 1, -1 do
     local x = S[j]
     if T[x] < sfrom then break end
-    if sub(got[x], hp) == id then return DUPLICATE end
+    if sub(got[x], hp, he) == id then return DUPLICATE end
   end
 
   if srt then
@@ -366,9 +417,9 @@ local function decide(ki, a, f)
   end
   -- The cap window is kept only for caps that count members (not a rate alone).
   local cwin = nc - (crate and 1 or 0) > 0
-  local cfrom, ckeep, ck, cold
+  local cfrom, ckeep, ck, cwfrom, cold
   if cwin then
-    cfrom, ckeep, ck = span(capfirst, nc, per, crt)
+    cfrom, ckeep, ck, cwfrom = span(capfirst, nc, per, crt)
     if legacy then cold = merge(got, T, C, oldC, CAP) end
   end
 
@@ -386,25 +437,27 @@ local function decide(ki, a, f)
 
   -- Record, in one ZADD; entries that leave a window go in one ZREM.
   local add, gone = {'ZADD', key, '0', smember}, {}
-  trim(got, T, S, sfrom, sk, smember, gone)
+  local spushed = trim(got, T, S, sfrom, sk, smember, gone, swfrom)
   local keep = skeep
   if cwin then
     local cmember = CAP .. nowms .. id
+    if trim(got, T, C, cfrom, ck, cmember, gone, cwfrom) and force then cmember = cmember .. PUSHED end
     add[5], add[6] = '0', cmember
-    trim(got, T, C, cfrom, ck, cmember, gone)
     if ckeep > keep then keep = ckeep end
   end
   if newtag then add[#add + 1], add[#add + 2] = '0', '#' .. stag .. scene end
+  local ds, dc
   if srt then
-    srt.tat = math.min(srt.tat + srt.every, now + srt.burst * srt.every)
+    ds = advance(srt)
     put(add, gone, gt, srt.tat, srt.member)
     keep = math.max(keep, srt.tat - now)
   end
   if crt then
-    crt.tat = math.min(crt.tat + crt.every, now + crt.burst * crt.every)
+    dc = advance(crt)
     put(add, gone, 'g' .. CAP, crt.tat, crt.member)
     keep = math.max(keep, crt.tat - now)
   end
+  if force then add[4] = smember .. undo(spushed, srt, ds, crt, dc) end
   -- The expiry grows only when the stored one falls short of what this message needs.
   local exp
   if stored < now + keep then

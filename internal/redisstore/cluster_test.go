@@ -34,7 +34,13 @@ func TestConformanceOnCluster(t *testing.T) { clusterConformance(t, false) }
 func TestConformanceOnClusterLegacy(t *testing.T) { clusterConformance(t, true) }
 
 func clusterConformance(t *testing.T, legacy bool) {
-	storetest.Run(t, storetest.Harness{
+	storetest.Run(t, clusterHarness(legacy))
+}
+
+// clusterHarness opens stores on the test Redis Cluster, with LegacyKeys
+// when legacy is set, each under a key prefix of its own.
+func clusterHarness(legacy bool) storetest.Harness {
+	return storetest.Harness{
 		Open: func(t *testing.T) storetest.Backend {
 			raw := newClusterClient(t)
 			prefix := testenv.Unique("gatetest")
@@ -60,5 +66,5 @@ func clusterConformance(t *testing.T, legacy bool) {
 			// ask any of them.
 			return backend(s, raw, other)
 		},
-	})
+	}
 }

@@ -348,11 +348,13 @@ func exceeded(reply []any, req *gate.AdmitRequest, scopeN, index, count int64) (
 	return &gate.Exceeded{Scope: scope, Limit: limits[index], Count: int(count)}, nil
 }
 
-// Forget removes the entries of reqs' ids from their scene and cap windows,
-// in one pipeline of forget.lua calls; see gate.WindowStore. It also gives
-// back the slot the admission took from the rate limits, when the scene
-// window still held the id. With LegacyKeys it does the same in the old
-// layout's keys. The keys of a request share its recipient's hash slot, so
+// Forget gives back what the admissions of reqs' ids took, in one pipeline
+// of forget.lua calls; see gate.WindowStore. Their entries leave the scene
+// and cap windows, and the rate limits get back what each admission moved
+// their TATs, when the scene window still held the id; a forced admission's
+// entry that holds the place of one it pushed out of a full window stays
+// (admit.lua writes what such an admission took beside its entry). With
+// LegacyKeys it does the same in the old layout's keys. The keys of a request share its recipient's hash slot, so
 // this works on Redis Cluster too. forget.lua is sent whole (EVAL): refunds
 // are rare, and NOSCRIPT handling would cost more code than the bytes it
 // saves.

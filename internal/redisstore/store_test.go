@@ -79,7 +79,13 @@ func TestConformanceLegacy(t *testing.T) {
 }
 
 func conformance(t *testing.T, opts Options) {
-	storetest.Run(t, storetest.Harness{
+	storetest.Run(t, harness(opts))
+}
+
+// harness opens stores with opts on the test Redis, each under a key prefix
+// of its own.
+func harness(opts Options) storetest.Harness {
+	return storetest.Harness{
 		Open: func(t *testing.T) storetest.Backend {
 			raw := newClient(t)
 			opts := opts
@@ -95,7 +101,7 @@ func conformance(t *testing.T, opts Options) {
 			other := func(t *testing.T) gate.WindowStore { return open(t, newClient(t)) }
 			return backend(s, raw, other)
 		},
-	})
+	}
 }
 
 // backend is what the conformance suite needs of s, whose client is raw:
