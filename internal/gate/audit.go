@@ -78,6 +78,10 @@ type Record struct {
 	// the scene fails open).
 	Unchecked bool
 	At        time.Time
+	// BodyHash is the message's BodyHash, kept with its key; 0 for a check
+	// or an invalid message, whose bodies a later message is not compared
+	// with.
+	BodyHash int64
 	// Suppression is the audit row to write, for suppress, defer and digest
 	// outcomes and shadow suppressions.
 	Suppression *Suppression
@@ -144,12 +148,15 @@ func RecordOf(key string, m Message, d Decision, seq uint64, rulesVersion string
 // Prior is what the ledger holds of a key committed before: the outcome
 // then decided and when, and the scene and recipient it was decided for
 // (empty for an invalid message, and for rows written before the ledger
-// kept them), which tell a duplicate from a reused id (Reuses).
+// kept them), which tell a duplicate from a reused id (Reuses), and its
+// body's BodyHash (0 when none was kept), which tells a producer's retry
+// from another message under the same id (BodyDiffers).
 type Prior struct {
 	Outcome   Outcome
 	At        time.Time
 	Scene     string
 	Recipient string
+	BodyHash  int64
 }
 
 // AuditLog makes decisions durable.

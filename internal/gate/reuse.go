@@ -1,6 +1,8 @@
 package gate
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -97,4 +99,24 @@ func ReusedRecord(m Message, seq uint64, at time.Time, rulesVersion string) Reco
 	return Record{Key: key, Scene: m.Scene, Outcome: OutcomeInvalid, At: at,
 		Suppression: &Suppression{MessageID: key, Scene: m.Scene, Recipient: m.Recipient(), Priority: m.Priority,
 			Reason: ReasonReusedID, RulesVersion: rulesVersion, DecidedAt: at, Payload: string(m.Raw)}}
+}
+
+// BodyHash is the short hash of a message's body (Raw) the ledger keeps
+// with its key (Record.BodyHash): the first 8 bytes of its SHA-256. Eight
+// bytes tell a producer's retry (the same body) from another message
+// under its id, which a producer cannot make collide with a body it has
+// not seen.
+func BodyHash(raw []byte) int64 {
+	sum := sha256.Sum256(raw)
+	return int64(binary.BigEndian.Uint64(sum[:8]))
+}
+
+// BodyDiffers reports whether m, a message with the id whose first
+// decision the ledger holds as p, for the same scene and recipient (a
+// duplicate, not a reuse), has another body than the first: a second
+// message that takes the first's outcome, where a producer's retry has the
+// same body. Unknown when the ledger kept no hash (a check, a row written
+// before it kept them): false.
+func BodyDiffers(p Prior, m Message) bool {
+	return p.BodyHash != 0 && p.BodyHash != BodyHash(m.Raw)
 }

@@ -161,11 +161,11 @@ func uniqueRecords(recs []gate.Record) ([]gate.Record, error) {
 func (s *Store) claim(tx *gorm.DB, recs []gate.Record) ([]gate.Record, error) {
 	fresh := make(map[string]bool, len(recs))
 	for chunk := range slices.Chunk(recs, chunkRows) {
-		args := make([]any, 0, 7*len(chunk))
+		args := make([]any, 0, 8*len(chunk))
 		for _, r := range chunk {
-			args = append(args, r.Key, string(r.Outcome), s.dbTime(r.At), r.Scene, r.Recipient, string(r.Priority), r.TZ)
+			args = append(args, r.Key, string(r.Outcome), s.dbTime(r.At), r.Scene, r.Recipient, string(r.Priority), r.TZ, r.BodyHash)
 		}
-		rows, err := tx.Raw(multiRow(`INSERT INTO decisions ("key", outcome, decided_at, scene, recipient, priority, tz)`, 7, len(chunk))+
+		rows, err := tx.Raw(multiRow(`INSERT INTO decisions ("key", outcome, decided_at, scene, recipient, priority, tz, body_hash)`, 8, len(chunk))+
 			` ON CONFLICT ("key") DO NOTHING RETURNING "key"`, args...).Rows()
 		if err != nil {
 			return nil, fmt.Errorf("claim keys: %w", err)
@@ -386,7 +386,7 @@ func multiRow(head string, cols, rows int) string {
 
 // priorColumns are the ledger's columns Decided reads: what a gate.Prior
 // holds.
-const priorColumns = `"key", outcome, decided_at, scene, recipient`
+const priorColumns = `"key", outcome, decided_at, scene, recipient, body_hash`
 
 // scanPriors reads rows of priorColumns into m, and closes rows.
 func scanPriors(rows rowSource, m map[string]gate.Prior) error {
@@ -397,7 +397,7 @@ func scanPriors(rows rowSource, m map[string]gate.Prior) error {
 			p          gate.Prior
 			at         scanTime
 		)
-		if err := rows.Scan(&k, &outcome, &at, &p.Scene, &p.Recipient); err != nil {
+		if err := rows.Scan(&k, &outcome, &at, &p.Scene, &p.Recipient, &p.BodyHash); err != nil {
 			return err
 		}
 		p.Outcome, p.At = gate.Outcome(outcome), at.t

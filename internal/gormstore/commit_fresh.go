@@ -171,7 +171,7 @@ func (c *commitColumns) shape() commitShape {
 // whose audit row carries its very bytes gets an empty payload, as
 // commitPostgres's kept CTE gives it: here every audit row is written.
 func (c *commitColumns) freshArgs(shape commitShape) []any {
-	args := []any{c.keys, c.outcomes, c.ats, c.scenes, c.recipients, c.priorities, c.zones}
+	args := []any{c.keys, c.outcomes, c.ats, c.scenes, c.recipients, c.priorities, c.zones, c.bodyHashes}
 	if shape&withAudit != 0 {
 		args = append(args, c.sup.args()[1:]...)
 	}

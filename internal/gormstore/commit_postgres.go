@@ -36,7 +36,7 @@ import (
 // the keys cost in index probes: 6 ms for 256 keys against 50k rows, ANALYZEd
 // or not, where the probes take 2 ms; joined to unnest($1) as a plain join,
 // it hashed every partition (36b272f).
-const decidedPostgres = `SELECT d."key", d.outcome, d.decided_at, d.scene, d.recipient
+const decidedPostgres = `SELECT d."key", d.outcome, d.decided_at, d.scene, d.recipient, d.body_hash
 	FROM unnest($1::text[]) AS k(k)
 	CROSS JOIN LATERAL (SELECT ` + priorColumns + ` FROM decisions WHERE "key" = k.k LIMIT 1) AS d`
 
@@ -73,13 +73,13 @@ const claimedKeys = `SELECT k.k FROM unnest($1::text[]) AS k(k)
 // The columns that commitFresh writes to the ledger and the audit, and the
 // types of their parameters, in the order of commitColumns.
 const (
-	claimColumns = `"key", outcome, decided_at, scene, recipient, priority, tz`
+	claimColumns = `"key", outcome, decided_at, scene, recipient, priority, tz, body_hash`
 	auditColumns = `message_id, scene, recipient, priority, limit_scope, limit_window_ms, limit_max,
 		limit_calendar, limit_rate_ms, count_seen, shadow, reason, rules_version, decided_at, next_allowed_at, payload, held_as`
 )
 
 var (
-	claimTypes = []string{"text", "text", "timestamptz", "text", "text", "text", "text"}
+	claimTypes = []string{"text", "text", "timestamptz", "text", "text", "text", "text", "bigint"}
 	auditTypes = []string{"text", "text", "text", "text", "text", "bigint", "integer", "text", "bigint", "integer",
 		"boolean", "text", "text", "timestamptz", "timestamptz", "text", "text"}
 	heldTypes = []string{"text", "text", "text", "text", "text", "text", "text", "bigint",
@@ -285,6 +285,7 @@ func (s *Store) auditedBefore(ctx context.Context, tx *sql.Tx, recs []gate.Recor
 type commitColumns struct {
 	keys, outcomes, scenes, recipients, priorities, zones []string
 	ats                                                   []time.Time
+	bodyHashes                                            []int64
 	sums                                                  hourSums
 	sup                                                   suppressionColumns
 	held                                                  heldArrays
@@ -298,10 +299,10 @@ func columnsOf(recs []gate.Record, redact bool) *commitColumns {
 	c := &commitColumns{
 		keys: make([]string, n), outcomes: make([]string, n), scenes: make([]string, n),
 		recipients: make([]string, n), priorities: make([]string, n), zones: make([]string, n),
-		ats: make([]time.Time, n),
+		ats: make([]time.Time, n), bodyHashes: make([]int64, n),
 	}
 	for i, r := range recs {
-		c.keys[i], c.outcomes[i], c.scenes[i] = r.Key, string(r.Outcome), r.Scene
+		c.keys[i], c.outcomes[i], c.scenes[i], c.bodyHashes[i] = r.Key, string(r.Outcome), r.Scene, r.BodyHash
 		c.recipients[i], c.priorities[i], c.zones[i] = r.Recipient, string(r.Priority), r.TZ
 		c.ats[i] = r.At.UTC().Truncate(time.Microsecond)
 		count(c.sums.at(r.Scene, r.At), r)

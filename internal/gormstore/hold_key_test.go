@@ -50,7 +50,7 @@ func testHeldKeyMigration(t *testing.T, opts Options) {
 		`ALTER TABLE held_old RENAME TO held`,
 		pkey,
 		`CREATE INDEX held_queue_seq_idx ON held (recipient, queue, seq)`,
-		`DELETE FROM schema_migrations WHERE version >= 12`,
+		`DELETE FROM schema_migrations WHERE version = 12`,
 	} {
 		if err := old.db.Exec(stmt).Error; err != nil {
 			t.Fatalf("%s: %v", stmt, err)

@@ -55,6 +55,13 @@ type Metrics struct {
 	// CheckRepliesRefused counts gate.check requests refused for their
 	// reply subject (the gate's own, JetStream's, a refused one).
 	CheckRepliesRefused prometheus.Counter
+	// StreamFull counts publishes a stream refused for want of room (its
+	// MaxBytes, or the account's or server's storage), by stream: each was
+	// retried, never dropped.
+	StreamFull *prometheus.CounterVec
+	// DuplicateBodyMismatch counts messages whose id the gate had decided
+	// before for another body: the later one took the first's outcome.
+	DuplicateBodyMismatch prometheus.Counter
 }
 
 // New registers the gate's collectors, plus the Go and process collectors,
@@ -95,6 +102,10 @@ func New(reg *prometheus.Registry) *Metrics {
 	reg.MustRegister(m.ReusedIDs)
 	m.CheckRepliesRefused = counter("gate_check_replies_refused_total", "gate.check requests neither decided nor answered because their reply subject is one the gate must not publish to: its own subjects and what its streams capture, any subject starting with $, GATE_CHECK_REFUSED_REPLIES.")
 	reg.MustRegister(m.CheckRepliesRefused)
+	m.StreamFull = counterVec("gate_stream_full_total", "Publishes by the gate that a stream refused for want of room (its GATE_STREAM_MAX_BYTES, or the NATS account's or server's storage), by stream (GATE_OUT: a forward; GATE_DEAD: a dead letter). Nothing is dropped: the message is retried until the stream has room.", "stream")
+	reg.MustRegister(m.StreamFull)
+	m.DuplicateBodyMismatch = counter("gate_duplicate_body_mismatch_total", "Messages on gate.in whose id the gate had already decided for a different body (same scene and recipient): the later message took the first's outcome and was not forwarded. A producer reusing an id for new content, or one publishing another's id.")
+	reg.MustRegister(m.DuplicateBodyMismatch)
 	return m
 }
 

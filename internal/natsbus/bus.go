@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/antifatigue/gate/internal/gate"
+	"github.com/antifatigue/gate/internal/metrics"
+	"github.com/antifatigue/gate/internal/ratelog"
 )
 
 // Stream and consumer names are part of the public contract.
@@ -94,6 +98,17 @@ type Options struct {
 	// unlimited: a message is retried for as long as its dependencies are
 	// down.
 	MaxDeliver int
+
+	// MaxBytes are byte limits of the gate's streams, by name (ParseMaxBytes,
+	// GATE_STREAM_MAX_BYTES); a stream it does not name takes its default
+	// (DefaultInMaxBytes and the like). Each limit comes with discard policy
+	// new: a full stream refuses a publish, in its ack (a producer's, or the
+	// gate's, which retries), and drops nothing. New gives an existing
+	// stream its limit too (see reconcile).
+	MaxBytes map[string]int64
+	// Metrics, when set, counts publishes a full stream refused
+	// (gate_stream_full_total).
+	Metrics *metrics.Metrics
 }
 
 func (o *Options) setDefaults() {
@@ -130,12 +145,34 @@ func (o *Options) setDefaults() {
 	}
 }
 
+// checkMaxBytes refuses a byte limit that names no stream of the gate's,
+// is below MinMaxBytes, or would not hold one message of GATE_IN or
+// GATE_REFUND (MaxMsgBytes).
+func (o *Options) checkMaxBytes() error {
+	for name, n := range o.MaxBytes {
+		switch {
+		case !slices.Contains(streamNames, name):
+			return fmt.Errorf("byte limit of %q: the gate has no such stream (%v)", name, streamNames)
+		case n < MinMaxBytes:
+			return fmt.Errorf("byte limit of %s must be at least %d, got %d", name, MinMaxBytes, n)
+		case (name == StreamIn || name == StreamRefund) && n < int64(o.MaxMsgBytes):
+			return fmt.Errorf("byte limit of %s (%d) is below its largest message (%d): it could never take one", name, n, o.MaxMsgBytes)
+		}
+	}
+	return nil
+}
+
 // Bus is a JetStream connection with the gate's streams in place.
 type Bus struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	opts Options
 	log  *slog.Logger
+
+	// fullRuns are the runs of publishes refused by a full stream, by
+	// stream, for one log line a minute (full).
+	fullMu   sync.Mutex
+	fullRuns map[string]*ratelog.Run
 }
 
 // Connect dials url, one NATS server or a comma-separated list of a
@@ -174,15 +211,20 @@ func Connect(url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Co
 }
 
 // New creates the streams that are missing (GATE_IN, GATE_OUT, GATE_DEAD
-// and GATE_REFUND). Streams that exist keep the operator's settings
-// (limits; replicas unless Options.Replicas is set), except that a missing
-// subject is an error and GATE_OUT takes Options.OutDuplicates. On a
+// and GATE_REFUND), each with its byte limit (Options.MaxBytes). Streams
+// that exist keep the operator's settings (age limits; replicas unless
+// Options.Replicas is set), except that a missing subject is an error,
+// GATE_OUT takes Options.OutDuplicates, and each takes the byte limit and
+// discard policy reconcile gives it. On a
 // JetStream cluster that is still electing its leaders it waits, up to
 // Options.StartWait.
 func New(ctx context.Context, nc *nats.Conn, opts Options, log *slog.Logger) (*Bus, error) {
 	opts.setDefaults()
 	if opts.Replicas < 0 || opts.Replicas > MaxReplicas {
 		return nil, fmt.Errorf("stream replicas must be from 1 to %d (0: leave them), got %d", MaxReplicas, opts.Replicas)
+	}
+	if err := opts.checkMaxBytes(); err != nil {
+		return nil, err
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {

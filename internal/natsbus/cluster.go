@@ -99,7 +99,8 @@ func (b *Bus) waitCluster(ctx context.Context, what string, f func(ctx context.C
 // set (a stream someone made R3 keeps its replicas under a gate that sets
 // none), and for GATE_OUT the duplicate window, without which the
 // pipeline's replays would not be safe. JetStream scales the stream's
-// consumers with it. Each change is logged from/to.
+// consumers with it. Each change is logged from/to. Then its byte limit
+// (reconcileBytes).
 func (b *Bus) reconcile(ctx context.Context, want jetstream.StreamConfig) error {
 	s, err := b.js.Stream(ctx, want.Name)
 	if err != nil {
@@ -120,7 +121,7 @@ func (b *Bus) reconcile(ctx context.Context, want jetstream.StreamConfig) error 
 		})
 	}
 	if len(changes) == 0 {
-		return nil
+		return b.reconcileBytes(ctx, want)
 	}
 	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("update stream %s (replicas %d, duplicate window %s): %w", want.Name, cfg.Replicas, cfg.Duplicates, err)
@@ -128,5 +129,5 @@ func (b *Bus) reconcile(ctx context.Context, want jetstream.StreamConfig) error 
 	for _, logged := range changes {
 		logged()
 	}
-	return nil
+	return b.reconcileBytes(ctx, want)
 }

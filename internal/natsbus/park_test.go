@@ -12,15 +12,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Parking is idempotent per Nats-Msg-Id when the message had one, even
-// under two GATE_IN sequences, and per sequence when it had none.
+// Parking is idempotent per stored message, its stream sequence and body:
+// parked twice, it is one dead letter. One id under two sequences is two
+// messages, and two dead letters (TestDeadLettersOfOneIdAfterItsWindow).
 func TestDeadLetterOncePerMessage(t *testing.T) {
 	b := newBus(t.Context(), t)
 	withID := nats.Header{jetstream.MsgIDHeader: []string{"m-1"}}
 	for _, p := range []struct {
 		hdr nats.Header
 		seq uint64
-	}{{withID, 10}, {withID, 42}, {nil, 7}, {nil, 7}, {nil, 8}} {
+	}{{withID, 10}, {withID, 10}, {withID, 42}, {nil, 7}, {nil, 7}, {nil, 8}} {
 		if err := b.DeadLetter(t.Context(), StreamIn, []byte("not json"), p.hdr, p.seq, "not JSON"); err != nil {
 			t.Fatal(err)
 		}
@@ -29,8 +30,8 @@ func TestDeadLetterOncePerMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := s.CachedInfo().State.Msgs; got != 3 {
-		t.Fatalf("GATE_DEAD holds %d messages, want 3 (m-1 once, sequences 7 and 8)", got)
+	if got := s.CachedInfo().State.Msgs; got != 4 {
+		t.Fatalf("GATE_DEAD holds %d messages, want 4 (sequences 10, 42, 7 and 8, each once)", got)
 	}
 }
 
@@ -91,18 +92,18 @@ func TestRefundAndMessageDeadLettersDoNotCollide(t *testing.T) {
 		got[m.Header.Get(jetstream.MsgIDHeader)] = m.Header.Get(HeaderStream) + " " + m.Header.Get(HeaderStreamSeq)
 	}
 	want := map[string]string{
-		"GATE_REFUND:11":           "GATE_REFUND 11",
-		"GATE_REFUND:id:r-7":       "GATE_REFUND 12",
-		"GATE_IN:id:refund:seq:11": "GATE_IN 1",
-		"GATE_IN:id:refund:id:r-7": "GATE_IN 2",
+		DeadLetterID(StreamRefund, 11, []byte("not json")): "GATE_REFUND 11",
+		DeadLetterID(StreamRefund, 12, []byte("not json")): "GATE_REFUND 12",
+		DeadLetterID(StreamIn, 1, []byte("poison")):        "GATE_IN 1",
+		DeadLetterID(StreamIn, 2, []byte("poison")):        "GATE_IN 2",
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("GATE_DEAD holds %v (Nats-Msg-Id: Gate-Stream Gate-Stream-Seq), want %v", got, want)
 	}
 }
 
-// DeadLetterID gives every (stream, id, sequence) a name of its own, ids
-// holding colons or looking like another's name included.
+// DeadLetterID gives every (stream, sequence, body) a name of its own, and
+// one stored message the same name each time.
 func TestDeadLetterIDsAreDistinct(t *testing.T) {
 	for _, s := range []string{StreamIn, StreamRefund} {
 		if strings.Contains(s, ":") {
@@ -110,29 +111,26 @@ func TestDeadLetterIDsAreDistinct(t *testing.T) {
 		}
 	}
 	type key struct {
-		stream, id string
-		seq        uint64
+		stream, body string
+		seq          uint64
 	}
 	seen := map[string]key{}
 	for _, stream := range []string{StreamIn, StreamRefund} {
-		for _, id := range []string{"", "11", "id:11", ":11", "GATE_REFUND:11", "refund:seq:11", "GATE_IN:id:x", "a:b:c"} {
-			for _, seq := range []uint64{0, 11} {
-				if id != "" && seq == 11 {
-					continue // an id names the dead letter whatever the sequence
-				}
-				k := key{stream, id, seq}
-				name := DeadLetterID(stream, id, seq)
+		for _, body := range []string{"", "x", "y", "not json"} {
+			for _, seq := range []uint64{0, 1, 11, 111} {
+				k := key{stream, body, seq}
+				name := DeadLetterID(stream, seq, []byte(body))
 				if other, ok := seen[name]; ok {
 					t.Errorf("%+v and %+v share the dead-letter name %q", k, other, name)
 				}
 				seen[name] = k
+				if again := DeadLetterID(stream, seq, []byte(body)); again != name {
+					t.Errorf("%+v named %q, then %q", k, name, again)
+				}
 			}
 		}
 	}
-	if got := DeadLetterID(StreamIn, "m-1", 3); got != "GATE_IN:id:m-1" {
-		t.Errorf("DeadLetterID(GATE_IN, m-1) = %q, want the name earlier versions gave", got)
-	}
-	if got := DeadLetterID(StreamIn, "", 3); got != "GATE_IN:3" {
-		t.Errorf("DeadLetterID(GATE_IN, seq 3) = %q, want the name earlier versions gave", got)
+	if got := DeadLetterID(StreamIn, 3, []byte("x")); !strings.HasPrefix(got, "GATE_IN:3:") {
+		t.Errorf("DeadLetterID(GATE_IN, 3) = %q, want it to start with its stream and sequence", got)
 	}
 }

@@ -110,7 +110,7 @@ func TestConsumeRefunds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no dead letter for the malformed refund: %v", err)
 	}
-	if string(m.Data) != "not json" || m.Header.Get(HeaderError) == "" || m.Header.Get(jetstream.MsgIDHeader) != StreamRefund+":4" {
+	if string(m.Data) != "not json" || m.Header.Get(HeaderError) == "" || m.Header.Get(jetstream.MsgIDHeader) != DeadLetterID(StreamRefund, 4, []byte("not json")) {
 		t.Errorf("dead letter %q, headers %v; want the body, a Gate-Error and a Nats-Msg-Id naming refund 4", m.Data, m.Header)
 	}
 }
@@ -143,7 +143,7 @@ func TestRefundThatPanicsIsParked(t *testing.T) {
 	}
 	dead := waitDead(t, js, 1)
 	if string(dead[0].Data) != `{"id":"boom"}` || dead[0].Header.Get(HeaderError) != PanicReason("refund of boom") ||
-		dead[0].Header.Get(jetstream.MsgIDHeader) != StreamRefund+":1" {
+		dead[0].Header.Get(jetstream.MsgIDHeader) != DeadLetterID(StreamRefund, 1, dead[0].Data) {
 		t.Errorf("dead letter %q, headers %v; want the refund that panicked, parked with its panic", dead[0].Data, dead[0].Header)
 	}
 }

@@ -233,17 +233,12 @@ const HeaderTZ = gate.TZHeader
 
 // deliveryOf is a message's data and headers as the handler sees them,
 // with the producer's headers the gate reads (for the header fast path,
-// gate.ParseDelivery). A message without headers has a nil header map,
-// which costs nothing to read.
+// gate.ParseDelivery), and the first of them given twice, which the gate
+// refuses (gate.Delivery.ReadHeaders). A message without headers has a nil
+// header map, which costs nothing to read.
 func deliveryOf(data []byte, h nats.Header, now time.Time) gate.Delivery {
 	d := gate.Delivery{Data: data, NumDelivered: 1, ReceivedAt: now}
-	if len(h) > 0 {
-		d.HeaderID = h.Get(gate.MsgIDHeader)
-		d.HeaderScene = h.Get(gate.SceneHeader)
-		d.HeaderRecipient = h.Get(gate.RecipientHeader)
-		d.HeaderPriority = h.Get(gate.PriorityHeader)
-		d.HeaderTZ = h.Get(HeaderTZ)
-	}
+	d.ReadHeaders(h)
 	return d
 }
 
@@ -325,6 +320,9 @@ func guard[T any](f func() T) (v T, p *panicked) {
 //     a dependency is down. An invalid request or an error nothing
 //     classifies is a fault of the gate (the stores' own refusals of a
 //     message's data come as park), which a fix and a restart may cure.
+//     A forward that a full GATE_OUT refused (*FullError) is one of these:
+//     retried, with the stream's own log line (once a minute) rather than
+//     one per message.
 func (w *work) settle(ctx context.Context, m jetstream.Msg, d gate.Delivery, err error) {
 	switch gate.Classify(err) {
 	case gate.ClassNone:
@@ -335,9 +333,18 @@ func (w *work) settle(ctx context.Context, m jetstream.Msg, d gate.Delivery, err
 	case gate.ClassPark:
 		w.park(ctx, m, d, gate.InvalidReason(err))
 	default:
-		w.b.log.Warn(w.noun+" not decided, will retry", "seq", d.Seq, "delivery", d.NumDelivered, "err", err)
+		if !isFullError(err) {
+			w.b.log.Warn(w.noun+" not decided, will retry", "seq", d.Seq, "delivery", d.NumDelivered, "err", err)
+		}
 		w.nak(m, d)
 	}
+}
+
+// isFullError reports whether err wraps a *FullError, which Bus.full has
+// logged already.
+func isFullError(err error) bool {
+	var full *FullError
+	return errors.As(err, &full)
 }
 
 // ack acks m; if the ack is lost, the redelivery is then what says.
@@ -348,11 +355,13 @@ func (w *work) ack(m jetstream.Msg, d gate.Delivery, then string) {
 }
 
 // park puts m on the dead letter with reason and terminates it; if the
-// dead letter cannot be written, m is retried instead, so that it is never
-// dropped unseen.
+// dead letter cannot be written (GATE_DEAD down, or full), m is retried
+// instead, so that it is never dropped unseen.
 func (w *work) park(ctx context.Context, m jetstream.Msg, d gate.Delivery, reason string) {
 	if err := w.b.DeadLetter(ctx, w.stream, d.Data, m.Headers(), d.Seq, reason); err != nil {
-		w.b.log.Error("dead letter of a "+w.noun+" failed; will retry", "seq", d.Seq, "err", err)
+		if !isFullError(err) {
+			w.b.log.Error("dead letter of a "+w.noun+" failed; will retry", "seq", d.Seq, "err", err)
+		}
 		w.nak(m, d)
 		return
 	}

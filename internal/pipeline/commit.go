@@ -48,7 +48,9 @@ func (c *core) commit(ctx context.Context, k kind, rules *gate.RuleSet, items []
 			rec.Answer = it.answer
 			batch = append(batch, pending{rec, i})
 		default:
-			batch = append(batch, pending{gate.RecordOf(it.key, it.msg, it.dec, it.d.Seq, rules.Version), i})
+			rec := gate.RecordOf(it.key, it.msg, it.dec, it.d.Seq, rules.Version)
+			rec.BodyHash = gate.BodyHash(it.msg.Raw)
+			batch = append(batch, pending{rec, i})
 		}
 	}
 	if len(batch) == 0 {
@@ -199,6 +201,7 @@ func (c *core) conflicts(ctx context.Context, k kind, rules *gate.RuleSet, items
 		}
 		if it.state != invalid {
 			it.err = nil
+			c.priorBody(it, pr)
 		}
 		it.state, it.prior = prior, pr
 	}

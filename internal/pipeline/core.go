@@ -26,6 +26,8 @@ type core struct {
 	now   func() time.Time
 	// prefsFailing is the run of failed preference lookups under way.
 	prefsFailing ratelog.Run
+	// bodyMismatches is the run of messages logged by bodyMismatch.
+	bodyMismatches ratelog.Run
 }
 
 // decide decides every item still to decide, on rules, the one core

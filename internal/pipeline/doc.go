@@ -75,6 +75,10 @@
 //     scene or recipient than its first use (gate.Reuses): never a
 //     duplicate. A message is parked naming the first use, a check
 //     answers 409; neither keeps a slot (reuse.go).
+//   - body mismatch: a key met again (a twin, a prior, a conflict) for the
+//     same scene and recipient with another body than its first message
+//     (the ledger keeps a hash of it): a duplicate still, which keeps the
+//     first outcome, counted and logged (reuse.go).
 //   - failed: the state of an item a store failed; its error is its
 //     verdict (a message is retried).
 //   - slot: what the window store recorded for an item: noSlot, duplicate

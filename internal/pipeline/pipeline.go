@@ -79,6 +79,7 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 		return failAll(items, messages.unavailable("audit", "waiting", err))
 	}
 	reusedTwins(items, p.o.Now())
+	p.core.twinBodies(items)
 	unadmit := p.core.keepOrder(items)
 	queues := heldQueues(items)
 	done, turn, forwarded := p.track(keys, queues)
@@ -147,6 +148,9 @@ func (p *Pipeline) priors(ctx context.Context, items []item) error {
 		if e := gate.Reuses(pr.Use(), it.msg); e != nil && it.state == toDecide {
 			it.reuse(e)
 			continue
+		}
+		if it.state == toDecide {
+			p.core.priorBody(it, pr)
 		}
 		it.state, it.prior = prior, pr
 	}

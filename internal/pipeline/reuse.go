@@ -1,8 +1,10 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/antifatigue/gate/internal/gate"
@@ -130,3 +132,61 @@ func reusedBy(p gate.Prior, m gate.Message) error {
 	}
 	return nil
 }
+
+// An id seen again for the same scene and recipient is a duplicate, and
+// keeps its first outcome: a producer's retry, the same body, or a second
+// message under a known id, another body, which takes the first's outcome
+// and is never forwarded as itself. JetStream drops the second unseen when
+// it comes within GATE_IN's duplicate window; past it the gate meets it,
+// cannot tell which body was meant, and says so: bodyMismatch counts it
+// and logs both. Each place a duplicate is found compares: a twin of the
+// same batch (twinBodies), a prior the ledger holds, by the body's hash it
+// keeps (priorBody, from Pipeline.priors and core.conflicts).
+
+// twinBodies reports each twin of items, a later message of a key in the
+// batch for the same scene and recipient as its first, whose body differs
+// from its first's.
+func (c *core) twinBodies(items []item) {
+	for i := range items {
+		it := &items[i]
+		if it.state != twin || it.err != nil {
+			continue
+		}
+		first := &items[it.twin]
+		if first.state == invalid || bytes.Equal(first.msg.Raw, it.msg.Raw) {
+			continue
+		}
+		c.bodyMismatch(it, first.d.Seq, gate.BodyHash(first.msg.Raw))
+	}
+}
+
+// priorBody reports message it, found decided before as pr for its scene
+// and recipient, when the ledger's hash of the first body is not its own.
+func (c *core) priorBody(it *item, pr gate.Prior) {
+	if gate.BodyDiffers(pr, it.msg) {
+		c.bodyMismatch(it, 0, pr.BodyHash)
+	}
+}
+
+// bodyMismatch counts message it, a duplicate of an id whose first message
+// had another body (its stream sequence firstSeq when known, else 0, and
+// its BodyHash firstHash), in gate_duplicate_body_mismatch_total, and logs
+// both: the first of them at once, then one a minute, as a producer that
+// reuses ids for new content would flood the log.
+func (c *core) bodyMismatch(it *item, firstSeq uint64, firstHash int64) {
+	if c.m != nil {
+		c.m.DuplicateBodyMismatch.Inc()
+	}
+	if log, _ := c.bodyMismatches.Failed(time.Now()); !log {
+		return
+	}
+	attrs := []any{"id", it.msg.ID, "seq", it.d.Seq, "body_hash", hashText(gate.BodyHash(it.msg.Raw)), "first_body_hash", hashText(firstHash)}
+	if firstSeq != 0 {
+		attrs = append(attrs, "first_seq", firstSeq)
+	}
+	c.log.Warn("a message reuses a decided id with another body: it takes the first's outcome, not its own "+
+		"(logged once a minute; each is counted in gate_duplicate_body_mismatch_total)", attrs...)
+}
+
+// hashText is a BodyHash as 16 hex digits.
+func hashText(h int64) string { return fmt.Sprintf("%016x", uint64(h)) }
