@@ -48,6 +48,9 @@ type config struct {
 	HTTPAllowedHosts []string
 	PprofAddr        string
 	APIToken         string
+	// APIReadToken (GATE_API_READ_TOKEN) is accepted instead of APIToken
+	// on the endpoints that only read; it needs APIToken.
+	APIReadToken     string
 	HTTPAllowNoToken bool // GATE_HTTP_ALLOW_NO_TOKEN
 	Rules            string
 	RulesPoll        time.Duration
@@ -78,13 +81,20 @@ type config struct {
 	PreferencesCache int       // GATE_PREFERENCES_CACHE
 	TestClock        time.Time // zero: the real clock
 
-	// EmbeddedNATSPassword is the password of the embedded server's user
-	// gate; empty: the one in the data directory (embeddedNATSPassword).
-	EmbeddedNATSPassword string
+	// EmbeddedNATSPassword and EmbeddedNATSSenderPassword are the
+	// passwords of the embedded server's users gate and sender; empty: the
+	// ones in the data directory (embeddedUser.password).
+	EmbeddedNATSPassword       string
+	EmbeddedNATSSenderPassword string
 
 	// CheckRefusedReplies (GATE_CHECK_REFUSED_REPLIES) are reply subjects
 	// gate.check never answers on.
 	CheckRefusedReplies []string
+
+	// StreamMaxBytes (GATE_STREAM_MAX_BYTES) are the byte limits of the
+	// streams it names (natsbus.ParseMaxBytes); the others take their
+	// defaults.
+	StreamMaxBytes map[string]int64
 
 	// explicit holds the flags whose value came from a flag or a variable
 	// rather than the default.
@@ -98,8 +108,13 @@ func settings(c *config) []setting {
 	return []setting{
 		{"nats-url", "GATE_NATS_URL", "", "NATS server URL, or a comma-separated list of a cluster's servers; empty runs an embedded NATS server with JetStream", false, str(&c.NATSURL)},
 		{"stream-replicas", "GATE_STREAM_REPLICAS", "", "replicas of every stream the gate makes (GATE_IN, GATE_OUT, GATE_DEAD, GATE_REFUND), 1 to 5 (3 on a NATS cluster); existing streams with another count are scaled to it at start. Empty: existing streams keep theirs, new ones get 1", false, replicas(&c.StreamReplicas)},
+		{"stream-max-bytes", "GATE_STREAM_MAX_BYTES", "", "byte limits of the gate's streams, NAME=SIZE comma-separated (GATE_OUT=20GiB,GATE_IN=2GiB), or one SIZE for all; unnamed streams take their defaults (GATE_IN 1GiB, GATE_OUT 4GiB, GATE_DEAD 1GiB, GATE_REFUND 256MiB). A full stream refuses publishes, never drops what it holds", false, func(v string) (err error) {
+			c.StreamMaxBytes, err = natsbus.ParseMaxBytes(v)
+			return err
+		}},
 		{"embedded-nats-addr", "GATE_EMBEDDED_NATS_ADDR", natsbus.DefaultEmbeddedAddr, "listen address of the embedded NATS server", false, str(&c.EmbeddedNATSAddr)},
-		{"embedded-nats-password", "GATE_EMBEDDED_NATS_PASSWORD", "", "password of the embedded NATS server's user gate, which reads gate.out and gate.dead (clients without credentials may only produce); empty: generated into $GATE_DATA_DIR/" + embeddedPasswordFile + " (prefer the variable to the flag)", true, str(&c.EmbeddedNATSPassword)},
+		{"embedded-nats-password", "GATE_EMBEDDED_NATS_PASSWORD", "", "password of the embedded NATS server's user gate, which may do anything (clients without credentials may only produce); empty: generated into $GATE_DATA_DIR/" + embeddedPasswordFile + " (prefer the variable to the flag)", true, str(&c.EmbeddedNATSPassword)},
+		{"embedded-nats-sender-password", "GATE_EMBEDDED_NATS_SENDER_PASSWORD", "", "password of the embedded NATS server's user sender, which reads gate.out and publishes gate.refund and gate.sent; empty: generated into $GATE_DATA_DIR/" + embeddedSenderPasswordFile + " (prefer the variable to the flag)", true, str(&c.EmbeddedNATSSenderPassword)},
 		{"redis-url", "GATE_REDIS_URL", "", "Redis URL (redis://host:6379/0); empty uses the in-process window store", false, str(&c.RedisURL)},
 		{"redis-cluster", "GATE_REDIS_CLUSTER", "false", "treat GATE_REDIS_URL as a Redis Cluster seed (redis://host:7000?addr=host:7001)", false, boolean(&c.RedisCluster)},
 		{"redis-legacy-keys", "GATE_REDIS_LEGACY_KEYS", "false", "during an upgrade from a gate that kept a Redis key per window: decide on both key layouts and write both, so old and new gates never over-admit together (docs/operating.md, \"Redis layout\")", false, boolean(&c.RedisLegacyKeys)},
@@ -117,7 +132,8 @@ func settings(c *config) []setting {
 			return err
 		}},
 		{"pprof-addr", "GATE_PPROF_ADDR", "", "loopback address (127.0.0.1:6060) to serve Go runtime profiles on, /debug/pprof/; empty: off", false, str(&c.PprofAddr)},
-		{"api-token", "GATE_API_TOKEN", "", "bearer token required on /v1/* (prefer the variable to the flag)", true, str(&c.APIToken)},
+		{"api-token", "GATE_API_TOKEN", "", "bearer token required on /v1/*, the writing token: accepted on every endpoint (prefer the variable to the flag)", true, str(&c.APIToken)},
+		{"api-read-token", "GATE_API_READ_TOKEN", "", "bearer token accepted instead of GATE_API_TOKEN on the /v1/* endpoints that only read (reports, rules, rule preview, reading preferences), refused with 403 on the others; needs GATE_API_TOKEN and must differ from it (prefer the variable to the flag)", true, str(&c.APIReadToken)},
 		{"http-allow-no-token", "GATE_HTTP_ALLOW_NO_TOKEN", "false", "let the HTTP API listen on a non-loopback GATE_HTTP_ADDR without GATE_API_TOKEN, open to whoever reaches it (logged as a warning); without it such a gate refuses to start", false, boolean(&c.HTTPAllowNoToken)},
 		{"rules", "GATE_RULES", "./rules", "rule document: a YAML file or a folder of them", false, str(&c.Rules)},
 		{"rules-poll", "GATE_RULES_POLL", durationText(rules.DefaultWatchInterval), "how often the rules file or folder is checked for changes", false, dur(&c.RulesPoll)},
@@ -195,6 +211,17 @@ func parseHostList(v string) ([]string, error) {
 		hosts = append(hosts, h)
 	}
 	return hosts, nil
+}
+
+// anyHost reports whether GATE_HTTP_ALLOWED_HOSTS holds *, which gate
+// serve warns of at start.
+func (c *config) anyHost() bool {
+	for _, h := range c.HTTPAllowedHosts {
+		if h == "*" {
+			return true
+		}
+	}
+	return false
 }
 
 // replicas reads GATE_STREAM_REPLICAS: empty is 0 (leave the streams'
@@ -281,16 +308,40 @@ func (c *config) validate() error {
 	if c.NATSURL == "" && c.StreamReplicas > 1 {
 		errs = append(errs, fmt.Sprintf("GATE_STREAM_REPLICAS is %d but the embedded NATS server (GATE_NATS_URL unset) is one server, which keeps one replica: set GATE_NATS_URL to a NATS cluster, or GATE_STREAM_REPLICAS to 1", c.StreamReplicas))
 	}
-	if c.NATSURL == "" && c.EmbeddedNATSPassword == "" && !loopbackAddr(c.EmbeddedNATSAddr) {
-		errs = append(errs, fmt.Sprintf("GATE_EMBEDDED_NATS_ADDR %q is not a loopback address: set GATE_EMBEDDED_NATS_PASSWORD, the password of the embedded NATS server's user gate, before other hosts may reach it", c.EmbeddedNATSAddr))
+	if c.NATSURL == "" && !loopbackAddr(c.EmbeddedNATSAddr) {
+		gate, sender := c.embeddedUsers()
+		for _, u := range []embeddedUser{gate, sender} {
+			if u.value == "" {
+				errs = append(errs, fmt.Sprintf("GATE_EMBEDDED_NATS_ADDR %q is not a loopback address: set %s, the password of the embedded NATS server's user %s, before other hosts may reach it (a generated one would be in a file only this host reads)", c.EmbeddedNATSAddr, u.variable, u.name))
+			}
+		}
 	}
 	if c.openAPI() && !c.HTTPAllowNoToken {
 		errs = append(errs, fmt.Sprintf("GATE_HTTP_ADDR %q is not a loopback address and GATE_API_TOKEN is empty: whoever reaches it could "+
 			"take and hand back recipients' slots; set GATE_API_TOKEN, or GATE_HTTP_ALLOW_NO_TOKEN=true when the network alone guards it", c.HTTPAddr))
 	}
+	errs = append(errs, c.tokenErrors()...)
 	errs = append(errs, c.subjectErrors()...)
 	if len(errs) > 0 {
 		return &usageError{"bad configuration: " + strings.Join(errs, "; ")}
+	}
+	return nil
+}
+
+// tokenErrors checks the two HTTP tokens. A reading token without a
+// writing one would close the reports while leaving check, refund and
+// preferences open to anyone, and one equal to the writing token would let
+// whoever is given it to read also write. The messages never quote a token.
+func (c *config) tokenErrors() []string {
+	switch {
+	case c.APIReadToken == "":
+		return nil
+	case c.APIToken == "":
+		return []string{"GATE_API_READ_TOKEN is set but GATE_API_TOKEN is empty: the endpoints that change state (check, refund, " +
+			"preferences) would be open to anyone while the reports need a token; set GATE_API_TOKEN too"}
+	case c.APIReadToken == c.APIToken:
+		return []string{"GATE_API_READ_TOKEN equals GATE_API_TOKEN: whoever holds the reading token could also check, refund " +
+			"and change preferences; give it a value of its own"}
 	}
 	return nil
 }

@@ -129,9 +129,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		AckWait: c.AckWait, MaxAckPending: c.MaxAckPending, MaxDeliver: c.MaxDeliver,
 		OutDuplicates: c.OutDuplicates, Replicas: c.StreamReplicas,
 		MaxMsgBytes: int32(min(max(2*c.MaxMessageBytes, 1<<20), 64<<20)),
+		MaxBytes:    c.StreamMaxBytes, Metrics: m,
 	}, log)
 	if err != nil {
 		return err
+	}
+	if c.NATSURL == "" {
+		// The senders of the embedded server read gate.out through the
+		// consumer the gate keeps for them.
+		if err := bus.EnsureSenderConsumer(ctx); err != nil {
+			return err
+		}
 	}
 
 	// Each gate reads preferences through a cache it keeps fresh (Run).
@@ -174,7 +182,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		return fmt.Errorf("http listen on %s: %w", c.HTTPAddr, err)
 	}
 	srv := newHTTPServer(httpapi.NewServer(httpapi.Options{
-		Rules: live, Reports: audit, Token: c.APIToken, AllowedHosts: c.HTTPAllowedHosts, Metrics: m, Log: log, Preferences: prefs,
+		Rules: live, Reports: audit, Token: c.APIToken, ReadToken: c.APIReadToken, AllowedHosts: c.HTTPAllowedHosts, Metrics: m, Log: log, Preferences: prefs,
 		Refunder: refunder, RefundLog: audit,
 		Checker: checker,
 		Preview: preview.New(audit, preview.Options{MaxDecisions: int64(c.PreviewMax)}),
@@ -191,10 +199,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		log.Warn("the HTTP API listens beyond loopback without a token (GATE_HTTP_ALLOW_NO_TOKEN=true): whoever reaches it can check, refund and set preferences",
 			"http", ln.Addr().String())
 	}
+	if c.anyHost() {
+		log.Warn("GATE_HTTP_ALLOWED_HOSTS holds *: the HTTP API answers to any host name, so a web page that points its own name at "+
+			"the gate (DNS rebinding) can read whatever it serves without a token; a browser's request that changes state is still "+
+			"taken only on localhost, 127.0.0.1, ::1 or a host named in GATE_HTTP_ALLOWED_HOSTS", "http", ln.Addr().String())
+	}
 	log.Info("gate starting",
 		"nats", natsName, "window_store", storeName, "audit_store", auditName, "rules", ruleSource,
 		"rules_version", live.Current().Version, "http", "http://"+ln.Addr().String(),
-		"api_token", c.APIToken != "", "in", c.InSubject, "out", c.OutSubject, "dead", c.DeadSubject,
+		"api_token", c.APIToken != "", "api_read_token", c.APIReadToken != "", "in", c.InSubject, "out", c.OutSubject, "dead", c.DeadSubject,
 		"check", c.CheckSubject, "refund", c.RefundSubject)
 
 	var wg sync.WaitGroup
