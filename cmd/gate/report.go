@@ -112,13 +112,21 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 }
 
 // clientSettings are the settings of the commands that ask a running gate
-// over HTTP: --server, by default the address GATE_HTTP_ADDR has gate serve
-// listen on, and the API token, from GATE_API_TOKEN only: a token on the
-// command line is visible to every user of the host.
+// over HTTP, which only read: --server, by default the address
+// GATE_HTTP_ADDR has gate serve listen on, and the API token, from the
+// environment only (a token on the command line is visible to every user
+// of the host): GATE_API_TOKEN, else GATE_API_READ_TOKEN, which is enough
+// for what they ask.
 func clientSettings(server, token *string) []setting {
 	return []setting{
 		{"server", "GATE_HTTP_ADDR", httpapi.DefaultAddr, "base URL of a running gate, or its host:port", false, str(server)},
 		{"", "GATE_API_TOKEN", "", "bearer token of the gate's API", true, str(token)},
+		{"", "GATE_API_READ_TOKEN", "", "the reading token of the gate's API, used when GATE_API_TOKEN is unset", true, func(v string) error {
+			if *token == "" {
+				*token = v
+			}
+			return nil
+		}},
 	}
 }
 
@@ -267,8 +275,16 @@ func writeIndented(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// writeCSV writes rows as CSV, every cell through httpapi.CSVCell, as the
+// API's export does: a recipient, scene or id a producer chose must not
+// become a formula in the spreadsheet the report is opened in.
 func writeCSV(w io.Writer, rows [][]string) error {
 	cw := csv.NewWriter(w)
+	for _, row := range rows {
+		for i, v := range row {
+			row[i] = httpapi.CSVCell(v)
+		}
+	}
 	if err := cw.WriteAll(rows); err != nil {
 		return fmt.Errorf("write csv: %w", err)
 	}

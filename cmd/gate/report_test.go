@@ -144,6 +144,19 @@ func TestSuppressionRowRateLimit(t *testing.T) {
 		t.Errorf("csv: %v\n%s\nwant limit \"scene 3 burst, 1/10m\", count 3, next allowed 09:10", err, out.String())
 	}
 
+	// Text a producer chose never reaches a spreadsheet as a formula.
+	hostile := row
+	hostile.Recipient, hostile.Scene, hostile.MessageID = "=HYPERLINK(\"http://evil.example\")", "+scene", "\n@id"
+	out.Reset()
+	if err := printSuppressions(&out, "csv", []gate.Suppression{hostile}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err = csv.NewReader(strings.NewReader(out.String())).ReadAll()
+	if err != nil || len(recs) != 2 || !slices.Contains(recs[1], "'"+hostile.Recipient) || !slices.Contains(recs[1], "'"+hostile.Scene) ||
+		!slices.Contains(recs[1], "'"+hostile.MessageID) {
+		t.Errorf("csv: %v\n%s\nwant the recipient, scene and id each with a leading '", err, out.String())
+	}
+
 	out.Reset()
 	if err := printSuppressions(&out, "json", []gate.Suppression{row}); err != nil {
 		t.Fatal(err)

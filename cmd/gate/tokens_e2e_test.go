@@ -74,6 +74,13 @@ func TestServeReadToken(t *testing.T) {
 		json.Unmarshal([]byte(body), &page) != nil || len(page.Items) != 1 || page.Items[0].MessageID != m("B").ID {
 		t.Errorf("suppressions of %s with the reading token: %d %s, want B's row", to, code, body)
 	}
+	// gate report, which only reads, takes the reading token.
+	var report, reportErr strings.Builder
+	if err := run(t.Context(), []string{"report", "suppressions", "--recipient", "open_id:" + to, "--server", g.base},
+		func(k string) string { return map[string]string{"GATE_API_READ_TOKEN": apiReadToken}[k] }, nil, &report, &reportErr); err != nil ||
+		!strings.Contains(report.String(), m("B").ID) {
+		t.Errorf("gate report with GATE_API_READ_TOKEN alone: %v %s\n%s, want B's row", err, reportErr.String(), report.String())
+	}
 	if code, body := g.postPreview("since=1h", refundRules, apiReadToken); code != http.StatusOK {
 		t.Errorf("POST /v1/rules/preview with the reading token: %d %s, want 200", code, body)
 	}

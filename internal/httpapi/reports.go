@@ -162,11 +162,11 @@ func (s *server) suppressionsCSV(w http.ResponseWriter, r *http.Request, q url.V
 // recipients, scenes and payloads come from producers.
 func csvRecord(p gate.Suppression) []string {
 	return []string{
-		strconv.FormatInt(p.ID, 10), cell(p.MessageID), p.DecidedAt.UTC().Format(time.RFC3339Nano), cell(p.Scene),
-		cell(p.Recipient), cell(string(p.Priority)), string(p.Scope), gate.FormatDuration(time.Duration(p.LimitWindow)),
-		strconv.Itoa(p.LimitMax), strconv.Itoa(p.CountSeen), strconv.FormatBool(p.Shadow), cell(p.Reason),
-		cell(p.RulesVersion), csvTime(p.NextAllowedAt), cell(p.Payload),
-		string(p.HeldAs), string(p.Settled), csvTime(p.SettledAt), string(p.Fallback), cell(p.DigestID),
+		strconv.FormatInt(p.ID, 10), CSVCell(p.MessageID), p.DecidedAt.UTC().Format(time.RFC3339Nano), CSVCell(p.Scene),
+		CSVCell(p.Recipient), CSVCell(string(p.Priority)), string(p.Scope), gate.FormatDuration(time.Duration(p.LimitWindow)),
+		strconv.Itoa(p.LimitMax), strconv.Itoa(p.CountSeen), strconv.FormatBool(p.Shadow), CSVCell(p.Reason),
+		CSVCell(p.RulesVersion), csvTime(p.NextAllowedAt), CSVCell(p.Payload),
+		string(p.HeldAs), string(p.Settled), csvTime(p.SettledAt), string(p.Fallback), CSVCell(p.DigestID),
 		string(p.LimitCalendar), csvDuration(p.LimitRate),
 	}
 }
@@ -188,7 +188,12 @@ func csvTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-func cell(v string) string {
+// CSVCell is v as a CSV cell a spreadsheet will not run: a cell that
+// starts with =, +, -, @, a tab, a carriage return or a line feed would be
+// taken for a formula (a recipient "=HYPERLINK(…)" in an export), so it
+// gets a leading '. Every CSV the gate writes, here and in gate report,
+// passes its text through it.
+func CSVCell(v string) string {
 	if v != "" && strings.ContainsRune("=+-@\t\r\n", rune(v[0])) {
 		return "'" + v
 	}
