@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -169,10 +168,10 @@ type Bus struct {
 	opts Options
 	log  *slog.Logger
 
-	// fullRuns are the runs of publishes refused by a full stream, by
-	// stream, for one log line a minute (full).
-	fullMu   sync.Mutex
-	fullRuns map[string]*ratelog.Run
+	// fullOut and fullDead are the runs of publishes refused by a full
+	// GATE_OUT and GATE_DEAD, the streams the gate publishes to, for one log
+	// line a minute (full).
+	fullOut, fullDead ratelog.Run
 }
 
 // Connect dials url, one NATS server or a comma-separated list of a

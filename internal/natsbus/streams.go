@@ -298,19 +298,13 @@ func (b *Bus) roomAgain(stream string) {
 	}
 }
 
-// fullRun is the run of refused publishes to stream, for full's log line.
+// fullRun is the run of refused publishes to stream (StreamOut or
+// StreamDead), for full's log line.
 func (b *Bus) fullRun(stream string) *ratelog.Run {
-	b.fullMu.Lock()
-	defer b.fullMu.Unlock()
-	if b.fullRuns == nil {
-		b.fullRuns = map[string]*ratelog.Run{}
+	if stream == StreamOut {
+		return &b.fullOut
 	}
-	r := b.fullRuns[stream]
-	if r == nil {
-		r = &ratelog.Run{}
-		b.fullRuns[stream] = r
-	}
-	return r
+	return &b.fullDead
 }
 
 // createMissing creates the stream cfg, limited, if there is none of its
