@@ -13,16 +13,16 @@ import (
 // store refuse the call for a request it can never decide
 // (gate.ErrInvalidRequest, which records nothing), halves of it are asked
 // in turn, and the items of the requests refused on their own take the
-// refusal (kind.refused): retried, a message would hold back its batch
+// refusal (policy.refused): retried, a message would hold back its batch
 // forever. Should the store fail, the items it did not answer fail open or
 // fail (failOpen). An item that needs no window (an unknown scene) is
 // decided all the same: it must not wait for a store it never uses.
-func (c *core) admit(ctx context.Context, k kind, items []item) {
+func (c *core) admit(ctx context.Context, pol *policy, items []item) {
 	var asks []admission
 	for i := range items {
 		if it := &items[i]; it.state == toDecide && it.plan.Request != nil {
 			r := *it.plan.Request
-			r.DryRun, r.WantTightest = it.dryRun, k == checks
+			r.DryRun, r.WantTightest = it.dryRun, pol.tightest
 			asks = append(asks, admission{r, i})
 		}
 	}
@@ -46,10 +46,10 @@ func (c *core) admit(ctx context.Context, k kind, items []item) {
 		}
 		return nil
 	}, func(a admission, why error) {
-		k.refused(&items[a.i], "window", why)
+		pol.refused(&items[a.i], "window", why)
 	})
 	if err != nil {
-		c.failOpen(k, items, answered, err)
+		c.failOpen(pol, items, answered, err)
 	}
 }
 
@@ -73,18 +73,18 @@ func slotOf(res gate.AdmitResult, dryRun bool) slot {
 
 // failOpen handles a window store that could not answer: the items it did
 // not answer whose scene fails open are forwarded unchecked (gate.FailOpen,
-// the one place the fail-open rule is decided), unless they are held
-// messages (releases), which stay held; every other one fails, to be
-// retried.
-func (c *core) failOpen(k kind, items []item, answered []bool, err error) {
-	err = k.unavailable("window", "admit", err)
+// the one place the fail-open rule is decided), where the policy lets
+// them (a held message never fails open: it stays held); every other one
+// fails, to be retried.
+func (c *core) failOpen(pol *policy, items []item, answered []bool, err error) {
+	err = pol.unavailable("window", "admit", err)
 	now := c.now()
 	for i := range items {
 		it := &items[i]
 		if it.state != toDecide || it.plan.Request == nil || answered[i] {
 			continue
 		}
-		if d, ok := gate.FailOpen(it.plan, now); ok && k != releases {
+		if d, ok := gate.FailOpen(it.plan, now); ok && pol.failsOpen {
 			it.decide(d)
 			continue
 		}

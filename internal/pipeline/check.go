@@ -75,7 +75,7 @@ func (c *Checker) storedAnswer(ctx context.Context, m gate.Message) (gate.CheckA
 	reused := reusedBy(prior, m)
 	switch {
 	case err != nil:
-		return gate.CheckAnswer{}, false, checks.unavailable("audit", "check_answer", err)
+		return gate.CheckAnswer{}, false, checkPolicy.unavailable("audit", "check_answer", err)
 	case reused != nil:
 		return gate.CheckAnswer{}, true, reused
 	case found:
@@ -109,7 +109,7 @@ func (c *Checker) first(ctx context.Context, m gate.Message, tried int) (gate.Ch
 			case <-ctx.Done():
 				t.Stop()
 				c.core.failedCall("audit", "check_answer")
-				return gate.CheckAnswer{}, checks.unavailable("audit", "check_answer", ctx.Err())
+				return gate.CheckAnswer{}, checkPolicy.unavailable("audit", "check_answer", ctx.Err())
 			case <-t.C:
 			}
 		}
@@ -117,7 +117,7 @@ func (c *Checker) first(ctx context.Context, m gate.Message, tried int) (gate.Ch
 		reused := reusedBy(prior, m)
 		switch {
 		case err != nil:
-			return gate.CheckAnswer{}, checks.unavailable("audit", "check_answer", err)
+			return gate.CheckAnswer{}, checkPolicy.unavailable("audit", "check_answer", err)
 		case reused != nil:
 			return gate.CheckAnswer{}, reused
 		case found:
@@ -126,7 +126,7 @@ func (c *Checker) first(ctx context.Context, m gate.Message, tried int) (gate.Ch
 			return gate.PriorAnswer(prior), nil
 		case try >= firstTries:
 			c.core.failedCall("audit", "check_answer")
-			return gate.CheckAnswer{}, checks.unavailable("audit", "check_answer",
+			return gate.CheckAnswer{}, checkPolicy.unavailable("audit", "check_answer",
 				fmt.Errorf("id %q: the ledger refused it as known, and has no row for it", m.ID))
 		}
 	}

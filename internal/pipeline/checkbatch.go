@@ -162,7 +162,7 @@ func (c *Checker) decideBatch(batch []*checkItem) {
 	for i, ck := range left {
 		items[i] = item{key: ck.req.Message.ID, msg: ck.req.Message, dryRun: ck.req.DryRun}
 	}
-	c.core.decide(ctx, checks, rules, items, nil)
+	c.core.decide(ctx, checkPolicy, rules, items, nil)
 	answers := make([]gate.CheckAnswer, len(items))
 	for i := range items {
 		if it := &items[i]; it.state == decided {
@@ -176,7 +176,7 @@ func (c *Checker) decideBatch(batch []*checkItem) {
 			}
 		}
 	}
-	c.core.commit(ctx, checks, rules, items)
+	c.core.commit(ctx, checkPolicy, rules, items)
 	var claimed []int
 	for i := range items {
 		switch it := &items[i]; it.state {
@@ -259,7 +259,7 @@ func (c *Checker) storedAnswers(ctx context.Context, items []*checkItem) []*chec
 		case refusedForGood(err):
 			return err
 		case err != nil:
-			err = checks.unavailable("audit", "check_answer", err)
+			err = checkPolicy.unavailable("audit", "check_answer", err)
 			for _, it := range part {
 				it.resolve(gate.CheckAnswer{}, err)
 			}
@@ -267,7 +267,7 @@ func (c *Checker) storedAnswers(ctx context.Context, items []*checkItem) []*chec
 		maps.Copy(found, m)
 		return nil
 	}, func(it *checkItem, err error) {
-		it.resolve(gate.CheckAnswer{}, checks.unavailable("audit", "check_answer", err))
+		it.resolve(gate.CheckAnswer{}, checkPolicy.unavailable("audit", "check_answer", err))
 	})
 	left := items[:0]
 	for _, it := range items {

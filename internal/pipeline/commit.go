@@ -34,7 +34,7 @@ type refusal struct {
 // (conflicts); a check is left in state conflict for its front end, which
 // waits for the first claim's answer. Admissions taken back are forgotten
 // before commit returns.
-func (c *core) commit(ctx context.Context, k kind, rules *gate.RuleSet, items []item) {
+func (c *core) commit(ctx context.Context, pol *policy, rules *gate.RuleSet, items []item) {
 	var batch []pending
 	now := c.now()
 	for i := range items {
@@ -42,22 +42,15 @@ func (c *core) commit(ctx context.Context, k kind, rules *gate.RuleSet, items []
 		switch {
 		case it.state == invalid:
 			batch = append(batch, pending{invalidRecord(it, rules, now), i})
-		case it.state != decided || it.dryRun:
-		case k == checks:
-			rec := gate.CheckRecord(it.msg, it.dec, rules.Version)
-			rec.Answer = it.answer
-			batch = append(batch, pending{rec, i})
-		default:
-			rec := gate.RecordOf(it.key, it.msg, it.dec, it.d.Seq, rules.Version)
-			rec.BodyHash = gate.BodyHash(it.msg.Raw)
-			batch = append(batch, pending{rec, i})
+		case it.state == decided && !it.dryRun:
+			batch = append(batch, pending{pol.record(it, rules), i})
 		}
 	}
 	if len(batch) == 0 {
 		return
 	}
-	known, refused, forget := c.commitRecords(ctx, k, items, batch)
-	if k == checks {
+	known, refused, forget := c.commitRecords(ctx, pol, items, batch)
+	if pol.answered {
 		for _, r := range refused {
 			it := &items[r.i]
 			if it.slot == counted {
@@ -69,7 +62,7 @@ func (c *core) commit(ctx context.Context, k kind, rules *gate.RuleSet, items []
 		forget = append(forget, c.park(ctx, items, refused)...)
 	}
 	if len(known) > 0 {
-		forget = append(forget, c.conflicts(ctx, k, rules, items, known)...)
+		forget = append(forget, c.conflicts(ctx, pol, rules, items, known)...)
 	}
 	for _, p := range batch {
 		if it := &items[p.i]; it.state == decided && !it.dryRun {
@@ -86,7 +79,7 @@ func (c *core) commit(ctx context.Context, k kind, rules *gate.RuleSet, items []
 // back: not durable, so not an answer. Unless the store lost sight of the
 // commit (gate.ErrOutcomeUnknown): it may stand, answer and slot, so the
 // slot stays, and the check asked again finds one or the other.
-func (c *core) commitRecords(ctx context.Context, k kind, items []item, batch []pending) (known []string, refused []refusal, forget []gate.AdmitRequest) {
+func (c *core) commitRecords(ctx context.Context, pol *policy, items []item, batch []pending) (known []string, refused []refusal, forget []gate.AdmitRequest) {
 	bisect(batch, func(part []pending) error {
 		recs := make([]gate.Record, len(part))
 		for j, r := range part {
@@ -99,10 +92,10 @@ func (c *core) commitRecords(ctx context.Context, k kind, items []item, batch []
 		case refusedForGood(err):
 			return err
 		default:
-			err = k.unavailable("audit", "commit", err)
+			err = pol.unavailable("audit", "commit", err)
 			for _, r := range part {
 				it := &items[r.i]
-				if k == checks && it.slot == counted && !errors.Is(err, gate.ErrOutcomeUnknown) {
+				if pol.answered && it.slot == counted && !errors.Is(err, gate.ErrOutcomeUnknown) {
 					forget = append(forget, *it.plan.Request)
 				}
 				it.fail(err)
@@ -144,7 +137,7 @@ func (c *core) park(ctx context.Context, items []item, refused []refusal) (forge
 		counts = append(counts, pending{gate.Record{Key: seqKey(it.d.Seq), Scene: scene, Outcome: gate.OutcomeInvalid, At: now}, r.i})
 	}
 	// Keys found known were counted by an earlier delivery of the message.
-	_, again, _ := c.commitRecords(ctx, messages, items, counts)
+	_, again, _ := c.commitRecords(ctx, messagePolicy, items, counts)
 	for _, r := range again {
 		c.log.Warn("a message the audit store refused is parked uncounted: it refused its count too",
 			"seq", items[r.i].d.Seq, "err", r.why)
@@ -162,12 +155,12 @@ func (c *core) park(ctx context.Context, items []item, refused []refusal) (forge
 // another scene or recipient, when it is parked as a reused id
 // (reusedPriors). Should the lookup fail, the message is retried (its
 // redelivery is looked up first).
-func (c *core) conflicts(ctx context.Context, k kind, rules *gate.RuleSet, items []item, known []string) (forget []gate.AdmitRequest) {
+func (c *core) conflicts(ctx context.Context, pol *policy, rules *gate.RuleSet, items []item, known []string) (forget []gate.AdmitRequest) {
 	byKey := make(map[string]bool, len(known))
 	for _, key := range known {
 		byKey[key] = true
 	}
-	if k == checks {
+	if pol.answered {
 		for i := range items {
 			if it := &items[i]; it.state == decided && byKey[it.key] {
 				it.state = conflict
@@ -177,7 +170,7 @@ func (c *core) conflicts(ctx context.Context, k kind, rules *gate.RuleSet, items
 	}
 	priors, err := c.audit.Decided(ctx, known)
 	if err != nil {
-		err = k.unavailable("audit", "decided", err)
+		err = pol.unavailable("audit", "decided", err)
 	} else {
 		forget = c.reusedPriors(ctx, rules, items, priors)
 	}
@@ -193,7 +186,7 @@ func (c *core) conflicts(ctx context.Context, k kind, rules *gate.RuleSet, items
 			continue
 		case !ok: // committed by a transaction this one did not see, and gone again
 			c.failedCall("audit", "decided")
-			it.fail(k.unavailable("audit", "decided", fmt.Errorf("id %q: ledger row not found after the claim conflicted", it.key)))
+			it.fail(pol.unavailable("audit", "decided", fmt.Errorf("id %q: ledger row not found after the claim conflicted", it.key)))
 			continue
 		}
 		if it.slot == counted && !sharesSlot(pr, it.dec) {

@@ -18,7 +18,7 @@
 //     hours) as they come due: released, digested, or given their
 //     fallback. Each round gives every due message a step (settle.go);
 //     the messages (and digests) whose windows it asks go through the
-//     core's plan, admit (as kind releases: a store that fails fails the
+//     core's plan, admit (under releasePolicy: a store that fails fails the
 //     round, which is rolled back, for a held message never fails open)
 //     and resolve, and the admissions of those that stay held behind an
 //     earlier one through its forget. Its forwards are its own: a round
@@ -27,7 +27,7 @@
 //     through the core's forget.
 //
 // Read in flow order, the files are one message's path: state.go (the
-// per-message state), core.go, plan.go, wait.go, admit.go, resolve.go,
+// per-message state), policy.go, core.go, plan.go, wait.go, admit.go, resolve.go,
 // commit.go (with reuse.go), forward.go; then the front ends pipeline.go,
 // check.go and checkbatch.go, release.go and settle.go, refund.go; ports.go wraps the
 // ports with metrics at wiring time, observe.go counts decisions and
@@ -85,8 +85,10 @@
 //     (the id was there already) or counted.
 //   - forget: take admissions back out of their windows (core.forget;
 //     forgetLogged where a failure cannot be retried, only logged).
-//   - kind: the front end a batch of items comes from: messages, checks
-//     or releases (the held messages a Releaser round asks about).
+//   - policy: what the front end of a batch asks of the core where front
+//     ends differ (policy.go): messagePolicy, checkPolicy, releasePolicy
+//     (the held messages a Releaser round asks about). The stages ask the
+//     policy, never which front end called them.
 //   - wait: hold an item behind the held messages of its queue.
 //   - busy: a queue a batch in flight holds messages in, unknown to the
 //     hold store until that batch commits.

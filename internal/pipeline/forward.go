@@ -46,7 +46,7 @@ func (p *Pipeline) forward(ctx context.Context, rules *gate.RuleSet, items []ite
 	errs := p.o.Forwarder.Forward(ctx, fs)
 	for k, err := range errs {
 		if err != nil {
-			items[idx[k]].fail(messages.unavailable("nats", "forward", err))
+			items[idx[k]].fail(messagePolicy.unavailable("nats", "forward", err))
 		}
 	}
 }

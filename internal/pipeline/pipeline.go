@@ -75,8 +75,8 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 		return failAll(items, err)
 	}
 	rules := p.o.Rules.Current()
-	if err := p.core.decide(ctx, messages, rules, items, p.busy); err != nil {
-		return failAll(items, messages.unavailable("audit", "waiting", err))
+	if err := p.core.decide(ctx, messagePolicy, rules, items, p.busy); err != nil {
+		return failAll(items, messagePolicy.unavailable("audit", "waiting", err))
 	}
 	reusedTwins(items, p.o.Now())
 	p.core.twinBodies(items)
@@ -95,7 +95,7 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 		// turn once this one's has come, not only at its own deadline.
 		defer func() { awaitTurn(); close(forwarded) }()
 		p.core.forgetLogged(ctx, unadmit, "admissions taken back stay counted in their windows")
-		p.core.commit(ctx, messages, rules, items)
+		p.core.commit(ctx, messagePolicy, rules, items)
 		awaitTurn()
 		p.forward(ctx, rules, items)
 		return p.verdicts(rules, items)
@@ -136,7 +136,7 @@ func (p *Pipeline) priors(ctx context.Context, items []item) error {
 		return err
 	}, func(string, error) {})
 	if err != nil {
-		return messages.unavailable("audit", "decided", err)
+		return messagePolicy.unavailable("audit", "decided", err)
 	}
 	for i := range items {
 		it := &items[i]

@@ -114,7 +114,7 @@ func (c *core) reusedPriors(ctx context.Context, rules *gate.RuleSet, items []it
 	}
 	// A key found known was counted by an earlier delivery of the message;
 	// a transient failure fails the message, to be retried.
-	_, refused, _ := c.commitRecords(ctx, messages, items, recs)
+	_, refused, _ := c.commitRecords(ctx, messagePolicy, items, recs)
 	for _, r := range refused {
 		c.log.Warn("a message that reuses an id is parked uncounted: the audit store refused its record",
 			"seq", items[r.i].d.Seq, "err", r.why)

@@ -181,7 +181,7 @@ func (rd *round) planDigest(ctx context.Context, rows []gate.Held) {
 // stays held.
 func (rd *round) decide(ctx context.Context) error {
 	c := &rd.r.core
-	c.admit(ctx, releases, rd.items)
+	c.admit(ctx, releasePolicy, rd.items)
 	for i := range rd.items {
 		if it := &rd.items[i]; it.state == failed {
 			return fmt.Errorf("release: %w", it.err)

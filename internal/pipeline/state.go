@@ -61,25 +61,6 @@ const (
 	counted               // admitted and counted: it fills a place in its windows
 )
 
-// kind is the front end a batch comes from. The core treats messages and
-// checks alike except where a stage says otherwise.
-type kind uint8
-
-const (
-	// messages come from gate.in: a message a store refuses for good is
-	// parked (invalid, recorded as such), one a store fails is retried.
-	messages kind = iota
-	// checks come from the check API: a check a store refuses for good
-	// fails alone with the store's reason, a dry run records nothing, and
-	// the window store reports the tightest limit.
-	checks
-	// releases are the held messages (and digests) a Releaser round asks
-	// the window store about: as messages, except that one never fails
-	// open. A store that fails fails the round, which is rolled back: the
-	// message stays held, as it was.
-	releases
-)
-
 // item is one message (or check) on its way through the core.
 type item struct {
 	state state

@@ -22,7 +22,7 @@ import (
 // parks it; a check of it fails alone, with the store's reason. A
 // transient error is returned, and nothing is decided: the front end fails
 // the batch (messages, to be retried) or the items that waited (checks).
-func (c *core) wait(ctx context.Context, k kind, items []item, now time.Time, busy func(gate.Queue) bool) error {
+func (c *core) wait(ctx context.Context, pol *policy, items []item, now time.Time, busy func(gate.Queue) bool) error {
 	if c.holds == nil {
 		return nil
 	}
@@ -50,7 +50,7 @@ func (c *core) wait(ctx context.Context, k kind, items []item, now time.Time, bu
 		}
 		return err
 	}, func(q gate.Queue, why error) {
-		if k == checks {
+		if pol.answered {
 			if refused == nil {
 				refused = map[gate.Queue]error{}
 			}
@@ -67,7 +67,7 @@ func (c *core) wait(ctx context.Context, k kind, items []item, now time.Time, bu
 		}
 		for _, hq := range it.plan.Queues {
 			if why, ok := refused[hq.Queue]; ok {
-				k.refused(it, "audit", why)
+				pol.refused(it, "audit", why)
 				break
 			}
 			if waiting[hq.Queue] {
