@@ -25,6 +25,22 @@ type Forward struct {
 	Data        []byte // the original bytes, untouched (a digest's own envelope)
 }
 
+// ForwardOf is the forward of message id of scene, with data its body,
+// that d lets out under the rules of version: the one builder of every
+// way a message leaves (decided now, replayed, released, digested). A
+// forced admission (a bypass priority) says so; a shadow scene's forward
+// says what enforcement would have done instead. A zero d is a forward
+// whose decision is not known here (a replay of the ledger's outcome, an
+// unknown scene's release).
+func ForwardOf(id, scene, version string, d Decision, data []byte) Forward {
+	f := Forward{MessageID: id, Scene: scene, RulesVersion: version, Data: data,
+		Bypass: d.Bypass && !d.Shadow, Unchecked: d.Unchecked}
+	if d.Shadow {
+		f.ShadowOf = d.ShadowOf
+	}
+	return f
+}
+
 // Forwarder publishes admitted messages downstream.
 //
 // Forward publishes a batch and waits until each publish is durable (or

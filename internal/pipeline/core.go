@@ -19,6 +19,7 @@ type core struct {
 	audit gate.AuditLog
 	holds gate.HoldStore       // optional: nothing waits behind held messages
 	prefs gate.PreferenceStore // optional: no preferences apply
+	out   gate.Forwarder       // optional: the front end forwards nothing
 	m     *metrics.Metrics     // optional
 	log   *slog.Logger
 	now   func() time.Time

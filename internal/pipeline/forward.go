@@ -6,6 +6,17 @@ import (
 	"github.com/antifatigue/gate/internal/gate"
 )
 
+// forward is the core's one forward stage: it publishes fs, every message
+// a front end lets out (decided now, replayed, released, digested), and
+// waits for the stream to store them; errs[i] is fs[i]'s outcome. Every
+// way out passes here, so what wraps the way out (pacing) wraps it once.
+func (c *core) forward(ctx context.Context, fs []gate.Forward) []error {
+	if len(fs) == 0 {
+		return nil
+	}
+	return c.out.Forward(ctx, fs)
+}
+
 // forward publishes every message whose committed outcome is a forward and
 // waits for the stream to store them: those this batch committed, and
 // those decided before whose publish may have been lost in a crash between
@@ -19,7 +30,7 @@ func (p *Pipeline) forward(ctx context.Context, rules *gate.RuleSet, items []ite
 	replayAfter := p.o.Now().Add(-p.o.ReplayWithin)
 	for i := range items {
 		it := &items[i]
-		f := gate.Forward{MessageID: it.msg.ID, Scene: it.msg.Scene, RulesVersion: rules.Version, Data: it.msg.Raw}
+		var d gate.Decision
 		switch it.state {
 		case prior:
 			// A replay: the ledger keeps the outcome, not how it was reached.
@@ -30,21 +41,14 @@ func (p *Pipeline) forward(ctx context.Context, rules *gate.RuleSet, items []ite
 			if it.dec.Outcome != gate.OutcomeForward {
 				continue
 			}
-			f.Bypass, f.Unchecked = it.dec.Bypass, it.dec.Unchecked
-			if it.dec.Shadow {
-				f.ShadowOf = it.dec.ShadowOf
-			}
+			d = it.dec
 		default:
 			continue
 		}
-		fs = append(fs, f)
+		fs = append(fs, gate.ForwardOf(it.msg.ID, it.msg.Scene, rules.Version, d, it.msg.Raw))
 		idx = append(idx, i)
 	}
-	if len(fs) == 0 {
-		return
-	}
-	errs := p.o.Forwarder.Forward(ctx, fs)
-	for k, err := range errs {
+	for k, err := range p.core.forward(ctx, fs) {
 		if err != nil {
 			items[idx[k]].fail(messagePolicy.unavailable("nats", "forward", err))
 		}

@@ -68,7 +68,7 @@ func New(o Options) (*Pipeline, error) {
 	close(done)
 	return &Pipeline{
 		o:        o,
-		core:     newCore(o.Store, o.Audit, o.Holds, o.Preferences, o.Metrics, o.Log, o.Now),
+		core:     newCore(o.Store, o.Audit, o.Holds, o.Preferences, o.Forwarder, o.Metrics, o.Log, o.Now),
 		inFlight: make(map[string]chan struct{}), forwarded: done, held: make(map[gate.Queue]int),
 	}, nil
 }
@@ -109,7 +109,7 @@ func NewChecker(o CheckOptions) (*Checker, error) {
 	withClaims := ok && any(kept) == any(o.Answers)
 	instrument(o.Metrics, &o.Store, &o.Audit, &o.Holds, &o.Preferences, nil)
 	o.Answers = instrumentAnswers(o.Metrics, o.Answers)
-	return &Checker{o: o, withClaims: withClaims, core: newCore(o.Store, o.Audit, o.Holds, o.Preferences, o.Metrics, o.Log, o.Now)}, nil
+	return &Checker{o: o, withClaims: withClaims, core: newCore(o.Store, o.Audit, o.Holds, o.Preferences, nil, o.Metrics, o.Log, o.Now)}, nil
 }
 
 // Defaults of a Releaser.
@@ -159,7 +159,7 @@ func NewReleaser(o ReleaserOptions) (*Releaser, error) {
 	// The core serves the releaser's plan, admit, resolve and forget
 	// stages; held messages wait behind nothing (they are the held ones)
 	// and have no preferences applied, as when they were held.
-	return &Releaser{o: o, core: newCore(o.Store, nil, nil, nil, o.Metrics, o.Log, o.Now)}, nil
+	return &Releaser{o: o, core: newCore(o.Store, nil, nil, nil, o.Forwarder, o.Metrics, o.Log, o.Now)}, nil
 }
 
 // RefunderOptions are a Refunder's dependencies. Rules, Store, Ledger and
@@ -185,15 +185,15 @@ func NewRefunder(o RefunderOptions) (*Refunder, error) {
 	defaults(&o.Logger, &o.Now)
 	instrument(o.Metrics, &o.Store, nil, nil, nil, nil)
 	// The core serves the refunder's forget stage only.
-	return &Refunder{o: o, core: newCore(o.Store, nil, nil, nil, o.Metrics, o.Logger, o.Now)}, nil
+	return &Refunder{o: o, core: newCore(o.Store, nil, nil, nil, nil, o.Metrics, o.Logger, o.Now)}, nil
 }
 
 // newCore is the core over the ports of a front end, wrapped already
-// (instrument); audit, holds and prefs may be nil where the front end
-// calls no stage that needs them.
+// (instrument); audit, holds, prefs and out may be nil where the front
+// end calls no stage that needs them.
 func newCore(store gate.WindowStore, audit gate.AuditLog, holds gate.HoldStore, prefs gate.PreferenceStore,
-	m *metrics.Metrics, log *slog.Logger, now func() time.Time) core {
-	return core{store: store, audit: audit, holds: holds, prefs: prefs, m: m, log: log, now: now}
+	out gate.Forwarder, m *metrics.Metrics, log *slog.Logger, now func() time.Time) core {
+	return core{store: store, audit: audit, holds: holds, prefs: prefs, out: out, m: m, log: log, now: now}
 }
 
 // defaults fills what is unset of log and now: a logger that discards, and

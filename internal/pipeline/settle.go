@@ -255,7 +255,7 @@ func (q *queueRound) finish(rd *round) {
 				stay(s, floor)
 				continue
 			}
-			rd.release(s.h, false)
+			rd.release(s.h, gate.Decision{})
 		case stepAsk:
 			it := &rd.items[s.ask]
 			switch {
@@ -267,7 +267,7 @@ func (q *queueRound) finish(rd *round) {
 			case letsOut(it.dec):
 				// Admitted, or the scene is in shadow mode now: it would
 				// forward (a bypass only when admitted).
-				rd.release(s.h, it.dec.Bypass && !it.dec.Shadow)
+				rd.release(s.h, it.dec)
 			case it.dec.Outcome != gate.OutcomeDefer:
 				// Held by quiet hours (or by rules since changed) in a scene
 				// that does not defer over its limit: its limit's action.
@@ -281,10 +281,13 @@ func (q *queueRound) finish(rd *round) {
 
 func (q *queueRound) finishDigest(rd *round) {
 	send := q.sendUnchecked
-	var due time.Time
+	var (
+		due time.Time
+		dec gate.Decision
+	)
 	if q.ask >= 0 {
 		it := &rd.items[q.ask]
-		send = letsOut(it.dec)
+		send, dec = letsOut(it.dec), it.dec
 		due = rd.nextDue(it.res)
 	}
 	if !send {
@@ -309,8 +312,9 @@ func (q *queueRound) finishDigest(rd *round) {
 		held[i] = s.h
 		rd.out = append(rd.out, gate.Settlement{MessageID: s.h.MessageID, Scene: s.h.Scene, Kind: gate.SettleDigested, At: rd.now, DigestID: q.digestID})
 	}
-	rd.fs = append(rd.fs, gate.Forward{MessageID: q.digestID, Scene: q.queue.Name, RulesVersion: rd.rules.Version,
-		DigestCount: len(held), Data: gate.DigestEnvelope(q.digestID, q.queue, held)})
+	f := gate.ForwardOf(q.digestID, q.queue.Name, rd.rules.Version, dec, gate.DigestEnvelope(q.digestID, q.queue, held))
+	f.DigestCount = len(held)
+	rd.fs = append(rd.fs, f)
 }
 
 // later is the later of a and b.
@@ -321,9 +325,11 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-func (rd *round) release(h gate.Held, forced bool) {
-	rd.fs = append(rd.fs, gate.Forward{MessageID: h.MessageID, Scene: h.Scene, RulesVersion: rd.rules.Version,
-		Bypass: forced, DeferredFrom: h.HeldAt, Data: h.Payload})
+// release lets h out, as d decided (zero for a release unchecked).
+func (rd *round) release(h gate.Held, d gate.Decision) {
+	f := gate.ForwardOf(h.MessageID, h.Scene, rd.rules.Version, d, h.Payload)
+	f.DeferredFrom = h.HeldAt
+	rd.fs = append(rd.fs, f)
 	rd.out = append(rd.out, gate.Settlement{MessageID: h.MessageID, Scene: h.Scene, Kind: gate.SettleReleased, At: rd.now})
 }
 
@@ -352,10 +358,7 @@ func (rd *round) fallBack(h gate.Held, a gate.Action, due time.Time) {
 // round, which is rolled back and tried again (GATE_OUT's duplicate window
 // keeps one copy of what this round did publish).
 func (rd *round) forward(ctx context.Context) error {
-	if len(rd.fs) == 0 {
-		return nil
-	}
-	errs := rd.r.o.Forwarder.Forward(ctx, rd.fs)
+	errs := rd.r.core.forward(ctx, rd.fs)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("release: forward: %w", err)
 	}
