@@ -66,7 +66,7 @@ func (c *core) commit(ctx context.Context, pol *policy, rules *gate.RuleSet, ite
 	}
 	for _, p := range batch {
 		if it := &items[p.i]; it.state == decided && !it.dryRun {
-			it.state = committed
+			it.to(committed)
 		}
 	}
 	c.forgetLogged(ctx, forget, "admissions taken back stay counted in their windows")
@@ -163,7 +163,7 @@ func (c *core) conflicts(ctx context.Context, pol *policy, rules *gate.RuleSet, 
 	if pol.answered {
 		for i := range items {
 			if it := &items[i]; it.state == decided && byKey[it.key] {
-				it.state = conflict
+				it.to(conflict)
 			}
 		}
 		return nil
@@ -196,7 +196,7 @@ func (c *core) conflicts(ctx context.Context, pol *policy, rules *gate.RuleSet, 
 			it.err = nil
 			c.priorBody(it, pr)
 		}
-		it.state, it.prior = prior, pr
+		it.takePrior(pr)
 	}
 	return forget
 }

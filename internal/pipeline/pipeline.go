@@ -152,7 +152,7 @@ func (p *Pipeline) priors(ctx context.Context, items []item) error {
 		if it.state == toDecide {
 			p.core.priorBody(it, pr)
 		}
-		it.state, it.prior = prior, pr
+		it.takePrior(pr)
 	}
 	return nil
 }
@@ -284,12 +284,13 @@ func (p *Pipeline) parse(batch []gate.Delivery) ([]item, []string) {
 			// sequence identifies it.
 			it.key = seqKey(d.Seq)
 		}
-		if err != nil {
-			it.state, it.err = invalid, err
-		}
+		it.err = err
 		if j, ok := first[it.key]; ok {
-			it.state, it.twin = twin, j
+			it.twinOf(j)
 			continue
+		}
+		if err != nil {
+			it.to(invalid)
 		}
 		first[it.key] = i
 		keys = append(keys, it.key)

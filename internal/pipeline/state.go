@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/antifatigue/gate/internal/gate"
@@ -82,15 +83,56 @@ type item struct {
 	answer *gate.CheckAnswer
 }
 
+// moves are the moves between states a stage may make (see state): a
+// state's set of the states it may become.
+var moves = [...]uint16{
+	toDecide:  1<<decided | 1<<invalid | 1<<twin | 1<<prior | 1<<failed,
+	decided:   1<<committed | 1<<invalid | 1<<prior | 1<<conflict | 1<<failed,
+	committed: 1 << failed,
+	invalid:   1<<invalid | 1<<twin | 1<<prior | 1<<failed,
+	twin:      1 << invalid,
+	prior:     1 << failed,
+	conflict:  0,
+	failed:    0,
+}
+
+// to moves it to s. A move the table does not allow is a bug in a stage:
+// it panics, which the front end recovers, logs and counts (the batch
+// fails, to be retried or answered), rather than send a message on a way
+// it must not take.
+func (it *item) to(s state) {
+	if moves[it.state]&(1<<s) == 0 {
+		panic(fmt.Sprintf("pipeline: an item %s cannot become %s", it.state, s))
+	}
+	it.state = s
+}
+
 // fail moves it to failed with err.
-func (it *item) fail(err error) { it.state, it.err = failed, err }
+func (it *item) fail(err error) { it.to(failed); it.err = err }
 
 // decide moves it to decided with d.
-func (it *item) decide(d gate.Decision) { it.state, it.dec = decided, d }
+func (it *item) decide(d gate.Decision) { it.to(decided); it.dec = d }
 
 // park moves it to invalid with err, and drops what this batch decided.
 func (it *item) park(err *gate.InvalidError) {
-	it.state, it.err, it.dec = invalid, err, gate.Decision{}
+	it.to(invalid)
+	it.err, it.dec = err, gate.Decision{}
+}
+
+// takePrior moves it to prior: the ledger decided its key before, as pr.
+func (it *item) takePrior(pr gate.Prior) { it.to(prior); it.prior = pr }
+
+// twinOf moves it to twin of item j, the first of the batch with its key.
+func (it *item) twinOf(j int) { it.to(twin); it.twin = j }
+
+var stateNames = [...]string{toDecide: "to decide", decided: "decided", committed: "committed",
+	invalid: "invalid", twin: "twin", prior: "prior", conflict: "conflict", failed: "failed"}
+
+func (s state) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "state(" + strconv.Itoa(int(s)) + ")"
 }
 
 // admission is the request it was admitted under, when the window store
