@@ -85,6 +85,10 @@ type Settlement struct {
 	Fallback  Action    // SettleFellBack: suppress or drop
 	DigestID  string    // SettleDigested
 	Queue     Queue     // SettleMoved
+	// Out is the forward that lets it out: a released message's own, a
+	// digested one's digest (every message of a digest names the same).
+	// Required on those two kinds, refused on the others.
+	Out *Forward
 }
 
 // HoldStore keeps held messages durably, beside the audit log: a held
@@ -105,9 +109,19 @@ type Settlement struct {
 // nothing: the messages are handed over again. It returns how many messages
 // were settled other than rescheduled.
 //
+// The forwards of the settlements (Settlement.Out) are the outbox: written
+// in the same transaction, they are the one way a held message leaves.
+// Nothing is published while queues are locked: the caller publishes the
+// outbox after Settle returns. Outbox returns up to limit forwards not yet
+// marked Sent, in the order they were settled, and Sent removes those the
+// outbound stream stored. A queue whose forwards are in the outbox is
+// Waiting, so that a new message of it does not overtake them.
+//
 // Errors wrap ErrUnavailable (retry later) or ErrPermanent.
 type HoldStore interface {
 	Waiting(ctx context.Context, queues []Queue) (map[Queue]bool, error)
 	Settle(ctx context.Context, now time.Time, maxQueues, perQueue int,
 		settle func(ctx context.Context, due [][]Held) ([]Settlement, error)) (int, error)
+	Outbox(ctx context.Context, limit int) ([]Forward, error)
+	Sent(ctx context.Context, ids []string) error
 }

@@ -114,7 +114,7 @@ func findHeld(t *testing.T, name string, s *Store, want *gate.Held) {
 					found = h.Queue == want.Queue && h.Scene == want.Scene && h.Priority == want.Priority &&
 						h.TZ == want.TZ && bytes.Equal(h.Payload, want.Payload)
 				}
-				out = append(out, gate.Settlement{MessageID: h.MessageID, Kind: gate.SettleReleased, At: want.DueAt})
+				out = append(out, gate.Settlement{MessageID: h.MessageID, Kind: gate.SettleReleased, At: want.DueAt, Out: &gate.Forward{MessageID: h.MessageID}})
 			}
 		}
 		return out, nil

@@ -259,14 +259,20 @@ func (s *Store) waitingInChunks(ctx context.Context, queues []gate.Queue, waitin
 // its statistics small, it hashed the arrays against a scan of the whole
 // table, a cost that grew with every held queue (14 µs of PostgreSQL per
 // message at 30,000 held, BenchmarkCommitHeld at 400 batches).
+//
+// A queue whose released forwards are still in the outbox waits too, so
+// that a new message does not overtake them: a second probe, in
+// released_forwards_queue_idx, which the outbox keeps small.
 const waitingPostgres = `SELECT q.recipient, q.queue FROM unnest($1::text[], $2::text[]) AS q(recipient, queue)
-	CROSS JOIN LATERAL (SELECT 1 FROM held_queues h WHERE h.recipient = q.recipient AND h.queue = q.queue LIMIT 1) AS found`
+	CROSS JOIN LATERAL (SELECT 1 FROM held_queues h WHERE h.recipient = q.recipient AND h.queue = q.queue
+		UNION ALL SELECT 1 FROM released_forwards r WHERE r.recipient = q.recipient AND r.queue = q.queue LIMIT 1) AS found`
 
-// waitingQuery selects the rows of queues from held_queues: a list of row
-// values, which both databases look up in the primary key.
+// waitingQuery selects the queues of queues that held_queues or the outbox
+// hold: lists of row values, which both databases look up in an index.
 func waitingQuery(queues []gate.Queue) (string, []any) {
 	q, args := queueList(queues)
-	return `SELECT recipient, queue FROM held_queues WHERE (recipient, queue) IN (` + q + `)`, args
+	return `SELECT recipient, queue FROM held_queues WHERE (recipient, queue) IN (` + q + `)
+		UNION SELECT recipient, queue FROM released_forwards WHERE (recipient, queue) IN (` + q + `)`, append(args, args...)
 }
 
 // queueList is "(?, ?), (?, ?), …" for queues, and its arguments.

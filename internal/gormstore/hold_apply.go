@@ -24,6 +24,7 @@ type settlePlan struct {
 	sums    hourSums                 // Released and FellBack
 	settled int                      // all but the rescheduled
 	heldAt  map[string]time.Time     // of audits and moves: when held, their audit rows' decided_at
+	out     []outRow                 // the forwards that let messages out, once each, in order
 }
 
 // heldKey is a held message's primary key: its queue, sequence and id.
@@ -86,6 +87,9 @@ func planSettlements(due [][]gate.Held, out []gate.Settlement, now time.Time) (s
 			return settlePlan{}, fmt.Errorf("settlement %d: message %q settled twice", i, st.MessageID)
 		}
 		seen[st.MessageID] = true
+		if out := st.Kind == gate.SettleReleased || st.Kind == gate.SettleDigested; out != (st.Out != nil) {
+			return settlePlan{}, fmt.Errorf("settlement %d (%s): %s with a forward: %t, want %t", i, st.MessageID, st.Kind, st.Out != nil, out)
+		}
 		at := st.At
 		if at.IsZero() {
 			at = now
@@ -108,6 +112,9 @@ func planSettlements(due [][]gate.Held, out []gate.Settlement, now time.Time) (s
 					return settlePlan{}, fmt.Errorf("settlement %d (%s): digested by no digest", i, st.MessageID)
 				}
 				u.digestID = st.DigestID
+			}
+			if st.Out != nil && !slices.ContainsFunc(p.out, func(r outRow) bool { return r.f.MessageID == st.Out.MessageID }) {
+				p.out = append(p.out, outRow{*st.Out, h.Queue, at})
 			}
 			p.deleted = append(p.deleted, keyOf(h))
 			p.audits[u] = append(p.audits[u], st.MessageID)
@@ -195,6 +202,9 @@ func (s *Store) applySettlements(tx *gorm.DB, p settlePlan) error {
 				return fmt.Errorf("mark audit rows moved: %w", err)
 			}
 		}
+	}
+	if err := s.insertForwards(tx, p.out); err != nil {
+		return err
 	}
 	if len(p.moved) > 0 {
 		return s.upsertQueues(tx, queueHeads(p.moved))

@@ -60,7 +60,7 @@ func TestPostgresExplainHold(t *testing.T) {
 		n, err := s.Settle(ctx, now, 100, 10, func(_ context.Context, due [][]gate.Held) ([]gate.Settlement, error) {
 			var out []gate.Settlement
 			for _, q := range due {
-				out = append(out, gate.Settlement{MessageID: q[0].MessageID, Kind: gate.SettleReleased, At: now})
+				out = append(out, gate.Settlement{MessageID: q[0].MessageID, Kind: gate.SettleReleased, At: now, Out: &gate.Forward{MessageID: q[0].MessageID}})
 				for _, h := range q[1:] {
 					out = append(out, gate.Settlement{MessageID: h.MessageID, Kind: gate.SettleReschedule, At: now, DueAt: now.Add(time.Hour)})
 				}

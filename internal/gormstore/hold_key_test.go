@@ -71,7 +71,7 @@ func testHeldKeyMigration(t *testing.T, opts Options) {
 		var out []gate.Settlement
 		for _, q := range due {
 			for _, h := range q {
-				out = append(out, gate.Settlement{MessageID: h.MessageID, Kind: gate.SettleReleased, At: due[0][0].DueAt})
+				out = append(out, gate.Settlement{MessageID: h.MessageID, Kind: gate.SettleReleased, At: due[0][0].DueAt, Out: &gate.Forward{MessageID: h.MessageID}})
 			}
 		}
 		return out
@@ -146,7 +146,7 @@ func TestPostgresWaitingAcrossGates(t *testing.T) {
 	// B's message for the queue is held behind m1, and both leave in order.
 	MustCommit(t, b, heldRec("m2", "disk", ou1, "disk", gate.HoldDefer, 2, t0, due))
 	handed, n := settleAll(t, b, due, func(due [][]gate.Held) []gate.Settlement {
-		return []gate.Settlement{{MessageID: due[0][0].MessageID, Kind: gate.SettleReleased, At: due[0][0].DueAt}}
+		return []gate.Settlement{{MessageID: due[0][0].MessageID, Kind: gate.SettleReleased, At: due[0][0].DueAt, Out: &gate.Forward{MessageID: due[0][0].MessageID}}}
 	})
 	if got := fmt.Sprint(heldIDs(handed)); n != 1 || got != "[[m1 m2]]" {
 		t.Fatalf("gate B's first round: settled %d of %s; want 1 of [[m1 m2]]", n, got)
@@ -155,14 +155,21 @@ func TestPostgresWaitingAcrossGates(t *testing.T) {
 		t.Fatalf("gate A's Waiting with m2 still held: %v, %v; want %v", w, err, qDisk)
 	}
 	handed, n = settleAll(t, b, due, func(due [][]gate.Held) []gate.Settlement {
-		return []gate.Settlement{{MessageID: due[0][0].MessageID, Kind: gate.SettleReleased, At: due[0][0].DueAt}}
+		return []gate.Settlement{{MessageID: due[0][0].MessageID, Kind: gate.SettleReleased, At: due[0][0].DueAt, Out: &gate.Forward{MessageID: due[0][0].MessageID}}}
 	})
 	if got := fmt.Sprint(heldIDs(handed)); n != 1 || got != "[[m2]]" {
 		t.Fatalf("gate B's second round: settled %d of %s; want 1 of [[m2]]", n, got)
 	}
+	// The queue waits until its forwards leave the outbox.
+	if w, err := a.Waiting(ctx, []gate.Queue{qDisk}); err != nil || !w[qDisk] {
+		t.Errorf("gate A's Waiting with m1 and m2 in the outbox: %v, %v; want %v", w, err, qDisk)
+	}
+	if err := a.Sent(ctx, []string{"m1", "m2"}); err != nil {
+		t.Fatal(err)
+	}
 	for name, s := range map[string]*Store{"A": a, "B": b} {
 		if w, err := s.Waiting(ctx, []gate.Queue{qDisk, q2}); err != nil || len(w) != 0 {
-			t.Errorf("gate %s's Waiting after the last message settled: %v, %v; want none", name, w, err)
+			t.Errorf("gate %s's Waiting after the last message settled and was sent: %v, %v; want none", name, w, err)
 		}
 	}
 	if n := countRows(t, a, "held_queues"); n != 0 {

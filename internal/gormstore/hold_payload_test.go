@@ -60,7 +60,7 @@ func TestPostgresHeldPayloadShared(t *testing.T) {
 		for _, q := range due {
 			for _, h := range q {
 				got[h.MessageID] = h.Payload
-				out = append(out, gate.Settlement{MessageID: h.MessageID, Kind: gate.SettleReleased, At: t0.Add(time.Hour)})
+				out = append(out, gate.Settlement{MessageID: h.MessageID, Kind: gate.SettleReleased, At: t0.Add(time.Hour), Out: &gate.Forward{MessageID: h.MessageID}})
 			}
 		}
 		return out, nil

@@ -27,7 +27,7 @@ func releaseAll(due [][]gate.Held, now time.Time) []gate.Settlement {
 	var out []gate.Settlement
 	for _, q := range due {
 		for _, h := range q {
-			out = append(out, gate.Settlement{MessageID: h.MessageID, Scene: h.Scene, Kind: gate.SettleReleased, At: now})
+			out = append(out, gate.Settlement{MessageID: h.MessageID, Scene: h.Scene, Kind: gate.SettleReleased, At: now, Out: &gate.Forward{MessageID: h.MessageID}})
 		}
 	}
 	return out
@@ -191,7 +191,7 @@ func TestPostgresCommitWaitsForSettle(t *testing.T) {
 			return nil, fmt.Errorf("the commit into the queue being settled went through before the settlement: %v", err)
 		default:
 		}
-		return []gate.Settlement{{MessageID: "m1", Kind: gate.SettleReleased, At: t0}}, nil
+		return []gate.Settlement{{MessageID: "m1", Kind: gate.SettleReleased, At: t0, Out: &gate.Forward{MessageID: "m1"}}}, nil
 	})
 	if err != nil || n != 1 {
 		t.Fatalf("Settle: %d, %v; want 1, nil", n, err)

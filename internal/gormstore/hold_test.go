@@ -176,7 +176,7 @@ func testSettleReleaseAndReschedule(t *testing.T, s *Store) {
 	at, next := due.Add(time.Second), due.Add(time.Hour)
 	handed, n := settleAll(t, s, due, func(due [][]gate.Held) []gate.Settlement {
 		return []gate.Settlement{
-			{MessageID: "m1", Scene: "disk", Kind: gate.SettleReleased, At: at},
+			{MessageID: "m1", Scene: "disk", Kind: gate.SettleReleased, At: at, Out: &gate.Forward{MessageID: "m1"}},
 			{MessageID: "m2", Scene: "disk", Kind: gate.SettleReschedule, At: at, DueAt: next},
 		}
 	})
@@ -211,7 +211,7 @@ func testSettleReleaseAndReschedule(t *testing.T, s *Store) {
 	handed, n = settleAll(t, s, next, func(due [][]gate.Held) []gate.Settlement {
 		var out []gate.Settlement
 		for _, h := range due[0] {
-			out = append(out, gate.Settlement{MessageID: h.MessageID, Kind: gate.SettleReleased, At: next})
+			out = append(out, gate.Settlement{MessageID: h.MessageID, Kind: gate.SettleReleased, At: next, Out: &gate.Forward{MessageID: h.MessageID}})
 		}
 		return out
 	})
@@ -221,8 +221,14 @@ func testSettleReleaseAndReschedule(t *testing.T, s *Store) {
 	if !handed[0][1].DueAt.Equal(next) {
 		t.Errorf("m3 handed due at %v, want %v: no message is due before one ahead of it", handed[0][1].DueAt, next)
 	}
-	if n != 2 || countRows(t, s, "held")+countRows(t, s, "held_queues") != 0 || waiting(t, s, qDisk)[qDisk] {
-		t.Errorf("after releasing the rest: settled %d, want 2, and no held rows, queue rows or waiting queue", n)
+	if n != 2 || countRows(t, s, "held")+countRows(t, s, "held_queues") != 0 || !waiting(t, s, qDisk)[qDisk] {
+		t.Errorf("after releasing the rest: settled %d, want 2, and no held rows or queue rows, the queue waiting for its outbox", n)
+	}
+	if err := s.Sent(context.Background(), []string{"m1", "m2", "m3"}); err != nil {
+		t.Fatal(err)
+	}
+	if waiting(t, s, qDisk)[qDisk] {
+		t.Error("the queue waits after its forwards were sent")
 	}
 	// The release of m2 and m3 counts in the hour it happened.
 	hours, err := s.Timeseries(context.Background(), time.Time{}, time.Time{}, "disk")
@@ -268,7 +274,7 @@ func testSettleFallBackMoveDigest(t *testing.T, s *Store) {
 	handed, n = settleAll(t, s, digestAt, func(due [][]gate.Held) []gate.Settlement {
 		var out []gate.Settlement
 		for _, h := range due[0] {
-			out = append(out, gate.Settlement{MessageID: h.MessageID, Scene: h.Scene, Kind: gate.SettleDigested, At: digestAt, DigestID: "dg-1"})
+			out = append(out, gate.Settlement{MessageID: h.MessageID, Scene: h.Scene, Kind: gate.SettleDigested, At: digestAt, DigestID: "dg-1", Out: &gate.Forward{MessageID: "dg-1"}})
 		}
 		return out
 	})
@@ -306,7 +312,7 @@ func testSettleRollsBack(t *testing.T, s *Store) {
 		heldRec("m2", "disk", ou1, "disk", gate.HoldDefer, 2, t0, t0))
 	ctx := context.Background()
 	errPublish := errors.New("publish failed")
-	release := []gate.Settlement{{MessageID: "m1", Kind: gate.SettleReleased, At: t0}}
+	release := []gate.Settlement{{MessageID: "m1", Kind: gate.SettleReleased, At: t0, Out: &gate.Forward{MessageID: "m1"}}}
 	cases := []struct {
 		name string
 		out  []gate.Settlement
@@ -314,7 +320,7 @@ func testSettleRollsBack(t *testing.T, s *Store) {
 		want []error
 	}{
 		{"settle fails", release, errPublish, []error{errPublish}},
-		{"unknown message", append(slices.Clone(release), gate.Settlement{MessageID: "nope", Kind: gate.SettleReleased}), nil,
+		{"unknown message", append(slices.Clone(release), gate.Settlement{MessageID: "nope", Kind: gate.SettleReleased, Out: &gate.Forward{MessageID: "nope"}}), nil,
 			[]error{gate.ErrBadRequest, gate.ErrPermanent}},
 		{"settled twice", append(slices.Clone(release), release...), nil, []error{gate.ErrBadRequest}},
 		{"unknown kind", []gate.Settlement{{MessageID: "m2", Kind: "lost"}}, nil, []error{gate.ErrBadRequest}},

@@ -26,6 +26,15 @@ type holdBox struct {
 	// fails them.
 	waits       [][]gate.Queue
 	failWaiting error
+	// outbox holds the forwards settled and not yet Sent, with their
+	// queues, in the order settled.
+	outbox []boxed
+}
+
+// boxed is a forward in holdBox's outbox, with the queue it leaves.
+type boxed struct {
+	f     gate.Forward
+	queue gate.Queue
 }
 
 func newHoldBox(tb testing.TB) *holdBox {
@@ -63,7 +72,8 @@ func (b *holdBox) Waiting(_ context.Context, qs []gate.Queue) (map[gate.Queue]bo
 	}
 	w := map[gate.Queue]bool{}
 	for _, q := range qs {
-		w[q] = slices.ContainsFunc(b.rows, func(h gate.Held) bool { return h.Queue == q })
+		w[q] = slices.ContainsFunc(b.rows, func(h gate.Held) bool { return h.Queue == q }) ||
+			slices.ContainsFunc(b.outbox, func(o boxed) bool { return o.queue == q })
 	}
 	return w, nil
 }
@@ -97,6 +107,10 @@ func (b *holdBox) Settle(ctx context.Context, now time.Time, maxQueues, perQueue
 	}
 	n := 0
 	for _, s := range out {
+		if (s.Kind == gate.SettleReleased || s.Kind == gate.SettleDigested) != (s.Out != nil) {
+			b.tb.Errorf("settlement %+v: a forward on the wrong kind, or none on a release", s)
+			return 0, fmt.Errorf("settlement of %q: forward on kind %s", s.MessageID, s.Kind)
+		}
 		if !handed[s.MessageID] {
 			b.tb.Errorf("settlement %+v of a message not handed over", s)
 			return 0, fmt.Errorf("settlement of %q: not handed over", s.MessageID)
@@ -109,6 +123,9 @@ func (b *holdBox) Settle(ctx context.Context, now time.Time, maxQueues, perQueue
 		case gate.SettleMoved:
 			b.rows[k].Queue, b.rows[k].Kind, b.rows[k].DueAt, b.rows[k].Expires = s.Queue, gate.HoldDigest, s.DueAt, time.Time{}
 		default:
+			if s.Out != nil && !slices.ContainsFunc(b.outbox, func(o boxed) bool { return o.f.MessageID == s.Out.MessageID }) {
+				b.outbox = append(b.outbox, boxed{*s.Out, b.rows[k].Queue})
+			}
 			b.rows = slices.Delete(b.rows, k, k+1)
 		}
 		b.settled[s.MessageID] = s
@@ -116,6 +133,23 @@ func (b *holdBox) Settle(ctx context.Context, now time.Time, maxQueues, perQueue
 	}
 	b.normalize()
 	return n, nil
+}
+
+func (b *holdBox) Outbox(_ context.Context, limit int) ([]gate.Forward, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var fs []gate.Forward
+	for _, o := range b.outbox[:min(limit, len(b.outbox))] {
+		fs = append(fs, o.f)
+	}
+	return fs, nil
+}
+
+func (b *holdBox) Sent(_ context.Context, ids []string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.outbox = slices.DeleteFunc(b.outbox, func(o boxed) bool { return slices.Contains(ids, o.f.MessageID) })
+	return nil
 }
 
 // state returns the held messages' ids by queue name, and the settlements.

@@ -116,6 +116,15 @@ func (h holdPort) Settle(ctx context.Context, now time.Time, maxQueues, perQueue
 	return n, err
 }
 
+func (h holdPort) Outbox(ctx context.Context, limit int) ([]gate.Forward, error) {
+	return timed(h.m, "audit", "outbox", func() ([]gate.Forward, error) { return h.HoldStore.Outbox(ctx, limit) })
+}
+
+func (h holdPort) Sent(ctx context.Context, ids []string) error {
+	_, err := timed(h.m, "audit", "sent", func() (struct{}, error) { return struct{}{}, h.HoldStore.Sent(ctx, ids) })
+	return err
+}
+
 // prefPort is a gate.PreferenceStore whose lookups are observed.
 type prefPort struct {
 	gate.PreferenceStore

@@ -46,6 +46,10 @@ func (r *Releaser) Round(ctx context.Context) (more bool, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Timeout)
 	defer cancel()
 	now := r.o.Now()
+	if err := r.drain(ctx); err != nil {
+		r.failed(now, err)
+		return false, err
+	}
 	rules := r.o.Rules.Current()
 	var (
 		settled []gate.Settlement
@@ -63,11 +67,64 @@ func (r *Releaser) Round(ctx context.Context) (more bool, err error) {
 		r.failed(now, err)
 		return false, err
 	}
+	r.count(rules, settled)
+	if err := r.drain(ctx); err != nil {
+		// Settled: their forwards wait in the outbox for the next round.
+		r.failed(now, err)
+		return false, err
+	}
 	if since := r.failing.Ended(); !since.IsZero() {
 		r.o.Log.Info("releasing held messages again", "failing_since", since)
 	}
-	r.count(rules, settled)
 	return n > 0 && full, nil
+}
+
+// outboxPage bounds the forwards one read of the outbox publishes.
+const outboxPage = 500
+
+// drain publishes the outbox: the forwards of the messages settled released
+// or digested, by this gate or by another that died between its settle and
+// its publish, in the order they were settled, through the core's forward
+// stage; and marks Sent those the outbound stream stored. It stops at the
+// first forward that fails, keeping it and every later one for the next
+// round, in order. A forward two gates publish is stored once, under its
+// Nats-Msg-Id (GATE_OUT's duplicate window).
+func (r *Releaser) drain(ctx context.Context) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			recovered(r.o.Log, r.o.Metrics, "release", "recovered from a panic while publishing released messages", v)
+			err = fmt.Errorf("release: forward: panic: %v", v)
+		}
+	}()
+	for {
+		fs, err := r.o.Holds.Outbox(ctx, outboxPage)
+		if err != nil || len(fs) == 0 {
+			return err
+		}
+		errs := r.core.forward(ctx, fs)
+		stored := len(fs)
+		for i, err := range errs {
+			if err != nil {
+				stored = i
+				break
+			}
+		}
+		ids := make([]string, stored)
+		for i := range ids {
+			ids[i] = fs[i].MessageID
+		}
+		if len(ids) > 0 {
+			if err := r.o.Holds.Sent(ctx, ids); err != nil {
+				return fmt.Errorf("release: outbox: %w", err)
+			}
+		}
+		if stored < len(fs) {
+			return fmt.Errorf("release: forward: %w", errs[stored])
+		}
+		if len(fs) < outboxPage {
+			return nil
+		}
+	}
 }
 
 // failed logs a failed round: the first of a run of failures, then once a
@@ -122,8 +179,5 @@ func (r *Releaser) settle(ctx context.Context, rules *gate.RuleSet, now time.Tim
 		q.finish(rd)
 	}
 	r.core.forgetLogged(ctx, rd.unadmit, "admissions of messages that stay held stay counted in their windows")
-	if err := rd.forward(ctx); err != nil {
-		return nil, err
-	}
 	return rd.out, nil
 }

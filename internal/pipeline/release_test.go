@@ -267,13 +267,17 @@ func TestReleaseUnknownScene(t *testing.T) {
 	}
 }
 
-// A round that cannot forward, or reach its window store, or panics, is
-// rolled back whole: nothing is settled, and the next round does it, once.
+// A round that cannot reach its window store is rolled back whole: nothing
+// is settled, and the next round does it, once. A round whose forwards
+// fail to publish (or whose forwarder panics) has settled its messages:
+// their forwards wait in the outbox, in order, and the next round
+// publishes them, once each; the queue waits meanwhile.
 func TestReleaseFailuresRollBack(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		breakIt func(e *releaseEnv)
 		mend    func(e *releaseEnv)
+		settled bool // the failed round settled (its forwards wait in the outbox)
 	}{
 		{"forward fails", func(e *releaseEnv) {
 			e.out.fail = func(f gate.Forward) error {
@@ -282,11 +286,11 @@ func TestReleaseFailuresRollBack(t *testing.T) {
 				}
 				return nil
 			}
-		}, func(e *releaseEnv) { e.out.fail = nil }},
+		}, func(e *releaseEnv) { e.out.fail = nil }, true},
 		{"window store down", func(e *releaseEnv) { e.store.fail = fmt.Errorf("fake: %w", gate.ErrUnavailable) },
-			func(e *releaseEnv) { e.store.fail = nil }},
+			func(e *releaseEnv) { e.store.fail = nil }, false},
 		{"panic", func(e *releaseEnv) { e.out.fail = func(gate.Forward) error { panic("a forwarder bug") } },
-			func(e *releaseEnv) { e.out.fail = nil }},
+			func(e *releaseEnv) { e.out.fail = nil }, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newReleaseEnv(t)
@@ -298,16 +302,26 @@ func TestReleaseFailuresRollBack(t *testing.T) {
 			if _, err := e.r.Round(t.Context()); err == nil {
 				t.Fatal("the round succeeded")
 			}
-			if _, got := e.box.state(); len(got) != 0 {
-				t.Fatalf("settled %v in a failed round", got)
+			want := map[string]gate.SettleKind{"a": gate.SettleReleased, "b": gate.SettleReleased, "c": gate.SettleDigested}
+			if _, got := e.box.state(); !tt.settled && len(got) != 0 {
+				t.Fatalf("settled %v in a round rolled back", got)
+			} else if tt.settled {
+				e.settled(t, want)
+				q := gate.Queue{Recipient: "open_id:ou_1", Name: "s"}
+				if w, _ := e.box.Waiting(t.Context(), []gate.Queue{q}); !w[q] {
+					t.Errorf("queue %v not waiting while its forwards are in the outbox", q)
+				}
 			}
 			// a was published before b failed: GATE_OUT keeps one copy.
 			e.out.mayPublishAgain("a", gate.DigestID(gate.Queue{Recipient: "open_id:ou_1", Name: "digest:grp"}, "c", "c"))
 			tt.mend(e)
 			e.round(t)
-			e.settled(t, map[string]gate.SettleKind{"a": gate.SettleReleased, "b": gate.SettleReleased, "c": gate.SettleDigested})
+			e.settled(t, want)
 			if got := e.out.forwarded(); len(got) != 3 {
 				t.Errorf("forwarded %v, want a, b and one digest", got)
+			}
+			if fs, _ := e.box.Outbox(t.Context(), 10); len(fs) != 0 {
+				t.Errorf("outbox still holds %d forwards after a round that published them", len(fs))
 			}
 			if tt.name == "panic" {
 				if n := counterValue(t, e.m.Recovered.WithLabelValues("release")); n != 1 {
@@ -344,10 +358,10 @@ func TestReleaserRuns(t *testing.T) {
 	}
 }
 
-// A digest rolled back after its publish is sent again under the same id
-// (GATE_OUT keeps one copy); once a message joined it meanwhile, it is
-// another digest, with another id, so the late message is in one that was
-// sent.
+// A digest whose publish lost its ack was settled all the same: the outbox
+// publishes it again under the same id (GATE_OUT keeps one copy), and a
+// message that joins the queue meanwhile starts the next digest, never
+// changing one that may have been sent.
 func TestDigestRolledBackAndJoined(t *testing.T) {
 	e := newReleaseEnv(t)
 	q := gate.Queue{Recipient: "open_id:ou_1", Name: "digest:grp"}
@@ -363,17 +377,19 @@ func TestDigestRolledBackAndJoined(t *testing.T) {
 	if _, err := e.r.Round(t.Context()); err == nil {
 		t.Fatal("the round succeeded")
 	}
+	first := gate.DigestID(q, "a", "b")
+	e.out.mayPublishAgain(first)
 	e.hold(gate.HoldDigest, "digest:grp", "g3", "c")
 	e.round(t)
-	first, second := gate.DigestID(q, "a", "b"), gate.DigestID(q, "a", "c")
+	second := gate.DigestID(q, "c", "c")
 	if got := e.out.forwarded(); !slices.Equal(got, []string{first, second}) {
-		t.Fatalf("forwarded %v, want the lost-ack digest %s and the one with c, %s", got, first, second)
+		t.Fatalf("forwarded %v, want the lost-ack digest %s and the next one, with c, %s", got, first, second)
 	}
-	if e.out.fs[1].DigestCount != 3 {
-		t.Errorf("second digest carries %d, want 3", e.out.fs[1].DigestCount)
+	if e.out.fs[0].DigestCount != 2 || e.out.fs[1].DigestCount != 1 {
+		t.Errorf("digests carry %d and %d, want 2 and 1", e.out.fs[0].DigestCount, e.out.fs[1].DigestCount)
 	}
-	if _, got := e.box.state(); got["c"].DigestID != second {
-		t.Errorf("c: %+v, want carried by %s", got["c"], second)
+	if _, got := e.box.state(); got["a"].DigestID != first || got["c"].DigestID != second {
+		t.Errorf("a: %+v, c: %+v; want carried by %s and %s", got["a"], got["c"], first, second)
 	}
 }
 

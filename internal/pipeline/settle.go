@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -17,7 +16,10 @@ import (
 // items are admitted by its admit stage (one call to the window store for
 // every queue of the round) and decided by its resolve stage, and the
 // admissions of messages that stay held are taken back by its forget
-// stage; one call to the forwarder publishes what the round lets out.
+// stage. What the round lets out leaves by the outbox: each release's
+// settlement carries its forward (gate.Settlement.Out), which the hold
+// store writes in the round's transaction, and the Releaser publishes it
+// after that transaction (Releaser.drain).
 //
 // A deferred message is released when its scene's current rules admit it
 // again, oldest first: the first one of a queue that stays held holds every
@@ -34,7 +36,6 @@ type round struct {
 	// items are the messages and digests whose windows the round asks,
 	// as the core's items (heldStep.ask and queueRound.ask index them).
 	items   []item
-	fs      []gate.Forward
 	out     []gate.Settlement
 	unadmit []gate.AdmitRequest
 }
@@ -310,11 +311,12 @@ func (q *queueRound) finishDigest(rd *round) {
 	held := make([]gate.Held, len(q.rows))
 	for i, s := range q.rows {
 		held[i] = s.h
-		rd.out = append(rd.out, gate.Settlement{MessageID: s.h.MessageID, Scene: s.h.Scene, Kind: gate.SettleDigested, At: rd.now, DigestID: q.digestID})
 	}
 	f := gate.ForwardOf(q.digestID, q.queue.Name, rd.rules.Version, dec, gate.DigestEnvelope(q.digestID, q.queue, held))
 	f.DigestCount = len(held)
-	rd.fs = append(rd.fs, f)
+	for _, s := range q.rows {
+		rd.out = append(rd.out, gate.Settlement{MessageID: s.h.MessageID, Scene: s.h.Scene, Kind: gate.SettleDigested, At: rd.now, DigestID: q.digestID, Out: &f})
+	}
 }
 
 // later is the later of a and b.
@@ -329,8 +331,7 @@ func later(a, b time.Time) time.Time {
 func (rd *round) release(h gate.Held, d gate.Decision) {
 	f := gate.ForwardOf(h.MessageID, h.Scene, rd.rules.Version, d, h.Payload)
 	f.DeferredFrom = h.HeldAt
-	rd.fs = append(rd.fs, f)
-	rd.out = append(rd.out, gate.Settlement{MessageID: h.MessageID, Scene: h.Scene, Kind: gate.SettleReleased, At: rd.now})
+	rd.out = append(rd.out, gate.Settlement{MessageID: h.MessageID, Scene: h.Scene, Kind: gate.SettleReleased, At: rd.now, Out: &f})
 }
 
 func (rd *round) reschedule(h gate.Held, due time.Time) {
@@ -352,15 +353,4 @@ func (rd *round) fallBack(h gate.Held, a gate.Action, due time.Time) {
 		s.Fallback = gate.ActionSuppress
 	}
 	rd.out = append(rd.out, s)
-}
-
-// forward publishes the round's releases and digests; any failure fails the
-// round, which is rolled back and tried again (GATE_OUT's duplicate window
-// keeps one copy of what this round did publish).
-func (rd *round) forward(ctx context.Context) error {
-	errs := rd.r.core.forward(ctx, rd.fs)
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("release: forward: %w", err)
-	}
-	return nil
 }

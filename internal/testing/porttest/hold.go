@@ -99,7 +99,7 @@ func testSettleFailsSettlesNothing(t *testing.T, log gate.AuditLog, s gate.HoldS
 		HeldRecord("m2", "disk", ou1, "disk", gate.HoldDefer, 2, T0, T0))
 	errPublish := errors.New("publish failed")
 	n, err := s.Settle(context.Background(), T0, 10, 10, func(context.Context, [][]gate.Held) ([]gate.Settlement, error) {
-		return []gate.Settlement{{MessageID: "m1", Kind: gate.SettleReleased, At: T0}}, errPublish
+		return []gate.Settlement{{MessageID: "m1", Kind: gate.SettleReleased, At: T0, Out: &gate.Forward{MessageID: "m1"}}}, errPublish
 	})
 	if !errors.Is(err, errPublish) || n != 0 {
 		t.Errorf("Settle with settle failing: got %d, %v; want 0 and an error wrapping %v", n, err, errPublish)
