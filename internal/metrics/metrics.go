@@ -62,6 +62,9 @@ type Metrics struct {
 	// DuplicateBodyMismatch counts messages whose id the gate had decided
 	// before for another body: the later one took the first's outcome.
 	DuplicateBodyMismatch prometheus.Counter
+	// OutboxLeft is how many forwards of settled held messages this gate's
+	// last release round left in the outbox unpublished.
+	OutboxLeft prometheus.Gauge
 }
 
 // New registers the gate's collectors, plus the Go and process collectors,
@@ -106,6 +109,8 @@ func New(reg *prometheus.Registry) *Metrics {
 	reg.MustRegister(m.StreamFull)
 	m.DuplicateBodyMismatch = counter("gate_duplicate_body_mismatch_total", "Messages on gate.in whose id the gate had already decided for a different body (same scene and recipient): the later message took the first's outcome and was not forwarded. A producer reusing an id for new content, or one publishing another's id.")
 	reg.MustRegister(m.DuplicateBodyMismatch)
+	m.OutboxLeft = gauge("gate_release_outbox_left", "Forwards of held messages settled released or digested that this gate's last release round left in the outbox (released_forwards) unpublished, at most a page (500): 0 but while publishing to gate.out fails. The next round of any gate publishes them, in order.")
+	reg.MustRegister(m.OutboxLeft)
 	return m
 }
 

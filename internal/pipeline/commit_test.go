@@ -69,13 +69,13 @@ func sequenced(ids ...string) []gate.Delivery {
 	return ds
 }
 
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
+func counterValue(t *testing.T, c prometheus.Metric) float64 {
 	t.Helper()
 	var d dto.Metric
 	if err := c.Write(&d); err != nil {
 		t.Fatal(err)
 	}
-	return d.GetCounter().GetValue()
+	return d.GetCounter().GetValue() + d.GetGauge().GetValue()
 }
 
 // wantVerdicts checks that the messages of parked got an invalid error

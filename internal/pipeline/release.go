@@ -98,8 +98,12 @@ func (r *Releaser) drain(ctx context.Context) (err error) {
 	}()
 	for {
 		fs, err := r.o.Holds.Outbox(ctx, outboxPage)
-		if err != nil || len(fs) == 0 {
+		if err != nil {
 			return err
+		}
+		r.outboxLeft(len(fs))
+		if len(fs) == 0 {
+			return nil
 		}
 		errs := r.core.forward(ctx, fs)
 		stored := len(fs)
@@ -119,11 +123,20 @@ func (r *Releaser) drain(ctx context.Context) (err error) {
 			}
 		}
 		if stored < len(fs) {
+			r.outboxLeft(len(fs) - stored)
 			return fmt.Errorf("release: forward: %w", errs[stored])
 		}
 		if len(fs) < outboxPage {
+			r.outboxLeft(0)
 			return nil
 		}
+	}
+}
+
+// outboxLeft reports n forwards left in the outbox by this round's drain.
+func (r *Releaser) outboxLeft(n int) {
+	if r.o.Metrics != nil {
+		r.o.Metrics.OutboxLeft.Set(float64(n))
 	}
 }
 

@@ -311,6 +311,9 @@ func TestReleaseFailuresRollBack(t *testing.T) {
 				if w, _ := e.box.Waiting(t.Context(), []gate.Queue{q}); !w[q] {
 					t.Errorf("queue %v not waiting while its forwards are in the outbox", q)
 				}
+				if n := counterValue(t, e.m.OutboxLeft); n < 1 {
+					t.Errorf("gate_release_outbox_left = %v after a round that could not publish, want at least 1", n)
+				}
 			}
 			// a was published before b failed: GATE_OUT keeps one copy.
 			e.out.mayPublishAgain("a", gate.DigestID(gate.Queue{Recipient: "open_id:ou_1", Name: "digest:grp"}, "c", "c"))
@@ -322,6 +325,9 @@ func TestReleaseFailuresRollBack(t *testing.T) {
 			}
 			if fs, _ := e.box.Outbox(t.Context(), 10); len(fs) != 0 {
 				t.Errorf("outbox still holds %d forwards after a round that published them", len(fs))
+			}
+			if n := counterValue(t, e.m.OutboxLeft); n != 0 {
+				t.Errorf("gate_release_outbox_left = %v after the outbox was published, want 0", n)
 			}
 			if tt.name == "panic" {
 				if n := counterValue(t, e.m.Recovered.WithLabelValues("release")); n != 1 {
