@@ -43,6 +43,8 @@ Usage:
                                 preview what it would have decided of a running gate's decisions
   gate report [summary|suppressions] [flags]
                                 print reports from a running gate (table, json or csv)
+  gate explain --to TYPE:ID --scene SCENE [flags]
+                                why a message would be held back now, and when the next one would go out
   gate publish [flags]          publish a test message to gate.in
   gate version                  print the version
 `
@@ -68,6 +70,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return report(ctx, args[1:], getenv, stdout, stderr)
 	case "publish":
 		return publish(ctx, args[1:], getenv, stdin, stdout, stderr)
+	case "explain":
+		return explain(ctx, args[1:], getenv, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version())
 		return nil

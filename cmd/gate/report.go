@@ -133,12 +133,13 @@ func clientSettings(server, token *string) []setting {
 // summaryHeader names the columns of the summary, in the order of
 // gate.SceneSummary.Counters after the scene.
 var summaryHeader = []string{"scene", "received", "forwarded", "suppressed", "dropped", "invalid", "shadow_suppressed",
-	"shadow_dropped", "forwarded_unchecked", "parked", "deferred", "digested", "released", "fell_back", "refunded"}
+	"shadow_dropped", "forwarded_unchecked", "parked", "deferred", "digested", "released", "fell_back", "refunded", "cancelled"}
 
-// heldColumns is how many columns before the last of summaryHeader count
-// held messages: a table leaves them out while every one of them is zero,
-// and the last, refunded, while it is, so that a gate with no defer or
-// digest scene and no refunds prints what it always did.
+// heldColumns is how many columns before refunded (the last but one of
+// summaryHeader) count held messages: a table leaves them out while every
+// one of them is zero, and refunded and cancelled (the last) each while it
+// is, so that a gate with no defer or digest scene, no refunds and no
+// cancels prints what it always did.
 const heldColumns = 4
 
 func summaryRow(s gate.SceneSummary) []string {
@@ -161,13 +162,11 @@ func printSummary(w io.Writer, format string, sum httpapi.Summary) error {
 		return writeCSV(w, rows)
 	}
 	t := sum.Total
-	last := len(summaryHeader) - 1 // refunded
-	hide := func(int) bool { return false }
+	refunded, cancelled := len(summaryHeader)-2, len(summaryHeader)-1
 	held := t.Deferred != 0 || t.Digested != 0 || t.Released != 0 || t.FellBack != 0
-	if !held || t.Refunded == 0 {
-		hide = func(i int) bool {
-			return (!held && i >= last-heldColumns && i < last) || (t.Refunded == 0 && i == last)
-		}
+	hide := func(i int) bool {
+		return (!held && i >= refunded-heldColumns && i < refunded) || (t.Refunded == 0 && i == refunded) ||
+			(t.Cancelled == 0 && i == cancelled)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	line := func(cells []string) {

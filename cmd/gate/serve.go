@@ -159,6 +159,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	if err != nil {
 		return err
 	}
+	explainer, err := pipeline.NewExplainer(pipeline.ExplainOptions{
+		Rules: live, Store: store, Holds: audit, Held: audit, Preferences: prefs, Metrics: m, Log: log, Now: now,
+	})
+	if err != nil {
+		return err
+	}
 	releaser, err := newReleaser(c, now, live, store, audit, bus, m, log)
 	if err != nil {
 		return err
@@ -166,6 +172,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	refunder, err := pipeline.NewRefunder(pipeline.RefunderOptions{
 		Rules: live, Store: store, Ledger: audit, Log: audit, Metrics: m, Logger: log, Now: now,
 	})
+	if err != nil {
+		return err
+	}
+	canceller, err := pipeline.NewCanceller(pipeline.CancellerOptions{Rules: live, Holds: audit, Metrics: m, Log: log, Now: now})
 	if err != nil {
 		return err
 	}
@@ -183,8 +193,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	}
 	srv := newHTTPServer(httpapi.NewServer(httpapi.Options{
 		Rules: live, Reports: audit, Token: c.APIToken, ReadToken: c.APIReadToken, AllowedHosts: c.HTTPAllowedHosts, Metrics: m, Log: log, Preferences: prefs,
-		Refunder: refunder, RefundLog: audit,
-		Checker: checker,
+		Refunder: refunder, RefundLog: audit, Canceller: canceller,
+		Checker: checker, Explainer: explainer,
 		Preview: preview.New(audit, preview.Options{MaxDecisions: int64(c.PreviewMax)}),
 		Checks: scrubChecks(scrub, map[string]httpapi.Check{
 			"nats":         bus.Ping,
@@ -237,6 +247,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	wg.Go(func() {
 		if err := bus.ServeChecks(consumeCtx, checker.Check, natsbus.CheckOptions{Status: httpapi.Status, RefusedReplies: c.CheckRefusedReplies, Metrics: m}); err != nil {
 			log.Error("gate.check stopped: checks are answered on HTTP only", "err", err)
+		}
+	})
+	wg.Go(func() {
+		cancel := func(ctx context.Context, body []byte) (gate.CancelResult, error) {
+			return canceller.Cancel(ctx, body, gate.CancelSourceNATS)
+		}
+		if err := bus.ServeCancels(consumeCtx, cancel, natsbus.CheckOptions{Status: httpapi.Status, RefusedReplies: c.CheckRefusedReplies, Metrics: m}); err != nil {
+			log.Error("gate.cancel stopped: cancels are answered on HTTP only", "err", err)
 		}
 	})
 	wg.Go(func() { bus.WatchStreams(consumeCtx, natsbus.DefaultStreamWatch) })

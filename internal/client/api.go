@@ -38,3 +38,12 @@ func (c *Client) Preview(ctx context.Context, doc []byte, since string) (*gate.R
 	}
 	return &p, nil
 }
+
+// Explain reads GET /v1/explain with the query q (recipient, scene,
+// priority, tz): why a message would be held back now, and when the next
+// one would go out.
+func (c *Client) Explain(ctx context.Context, q url.Values) (gate.Explanation, error) {
+	var e gate.Explanation
+	err := c.Do(ctx, http.MethodGet, "/v1/explain", q.Encode(), nil, &e)
+	return e, err
+}

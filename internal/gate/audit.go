@@ -48,8 +48,8 @@ type Suppression struct {
 	// HeldAs is set on the row of a held message: "defer" or "digest".
 	HeldAs HoldKind `json:"held_as,omitempty"`
 	// Settled says what became of a held message, once it is settled:
-	// "released", "fell_back" (then Fallback says how), or "digested" (then
-	// DigestID names the digest that carried it).
+	// "released", "fell_back" (then Fallback says how), "digested" (then
+	// DigestID names the digest that carried it), or "cancelled".
 	Settled   SettleKind `json:"settled,omitempty"`
 	SettledAt time.Time  `json:"settled_at,omitzero"`
 	Fallback  Action     `json:"fallback,omitempty"`
@@ -139,6 +139,7 @@ func RecordOf(key string, m Message, d Decision, seq uint64, rulesVersion string
 			Expires:   d.Expires,
 			Fallback:  d.Fallback,
 			Reason:    d.Reason,
+			CancelKey: m.CancelKey,
 			Payload:   m.Raw,
 		}
 	}
@@ -238,17 +239,21 @@ type SceneSummary struct {
 	// failed, so they were taken out of their windows), in the hour of the
 	// refund. Not part of Received: the message was counted when decided.
 	Refunded int64 `json:"refunded"`
+	// Cancelled counts held messages taken back by a cancel of their
+	// cancel_key (or a message that resolves it), in the hour of the
+	// cancel. Not part of Received either.
+	Cancelled int64 `json:"cancelled"`
 }
 
 // NumCounters is how many counters a SceneSummary holds.
-const NumCounters = 14
+const NumCounters = 15
 
 // Counters are s's counters in the order of its fields, which is also the
 // order of the audit store's counter columns.
 func (s *SceneSummary) Counters() [NumCounters]*int64 {
 	return [NumCounters]*int64{&s.Received, &s.Forwarded, &s.Suppressed, &s.Dropped, &s.Invalid,
 		&s.ShadowSuppressed, &s.ShadowDropped, &s.ForwardedUnchecked, &s.Parked,
-		&s.Deferred, &s.Digested, &s.Released, &s.FellBack, &s.Refunded}
+		&s.Deferred, &s.Digested, &s.Released, &s.FellBack, &s.Refunded, &s.Cancelled}
 }
 
 // Reports answers report queries. Bad filters or cursors wrap ErrBadRequest.

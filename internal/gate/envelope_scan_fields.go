@@ -60,6 +60,8 @@ const (
 	envTZ
 	envMsgType
 	envContent
+	envCancelKey
+	envResolves
 )
 
 var envelopeFields = []scanField{
@@ -72,6 +74,8 @@ var envelopeFields = []scanField{
 	envTZ:            stringField("tz"),
 	envMsgType:       anyField("msg_type"),
 	envContent:       anyField("content"),
+	envCancelKey:     stringField("cancel_key"),
+	envResolves:      stringField("resolves"),
 }
 
 // The fields of a check (an envelope's, without the uuid alias, and
@@ -118,7 +122,7 @@ const (
 // maxScanFields bounds the fields of one scan, so that their values live
 // in an array in the scan, not on the heap; envScan.seen has a bit for
 // each.
-const maxScanFields = 10
+const maxScanFields = 12
 
 // envScan.seen must hold a bit for every field.
 var _ [16 - maxScanFields]struct{}
@@ -212,7 +216,8 @@ func (s *envScan) envelope(withTZ bool) envelope {
 		}
 	}
 	return envelope{ID: vs[0], UUID: vs[1], Scene: vs[2], ReceiveID: vs[3], TZ: vs[4],
-		ReceiveIDType: s.known(envReceiveIDType), Priority: s.known(envPriority)}
+		ReceiveIDType: s.known(envReceiveIDType), Priority: s.known(envPriority),
+		CancelKey: s.text(envCancelKey), Resolves: s.text(envResolves)}
 }
 
 // knownText holds the receive_id_types and priorities (receiveIDTypes and

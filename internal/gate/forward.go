@@ -64,6 +64,8 @@ type Delivery struct {
 	HeaderRecipient string // the Gate-Recipient header (receive_id_type:receive_id), if any
 	HeaderPriority  string // the Gate-Priority header, if any
 	HeaderTZ        string // the Gate-TZ header, if any
+	HeaderCancelKey string // the Gate-Cancel-Key header, if any
+	HeaderResolves  string // the Gate-Resolves header, if any
 	// RepeatedHeader names the first header of InboundHeaders that the
 	// message gives more than once, "" when none is: ParseDelivery refuses
 	// the message.
@@ -74,8 +76,9 @@ type Delivery struct {
 }
 
 // InboundHeaders are the headers of an inbound message the gate reads, in
-// the order ReadHeaders judges them: the header fast path's and Gate-TZ.
-var InboundHeaders = [...]string{MsgIDHeader, SceneHeader, RecipientHeader, PriorityHeader, TZHeader}
+// the order ReadHeaders judges them: the header fast path's, Gate-TZ,
+// Gate-Cancel-Key and Gate-Resolves.
+var InboundHeaders = [...]string{MsgIDHeader, SceneHeader, RecipientHeader, PriorityHeader, TZHeader, CancelKeyHeader, ResolvesHeader}
 
 // ReadHeaders sets d's Header fields from h, an inbound message's headers
 // as NATS hands them over (names case-sensitive, each with its values in
@@ -90,7 +93,8 @@ func (d *Delivery) ReadHeaders(h map[string][]string) {
 	if len(h) == 0 {
 		return
 	}
-	fields := [len(InboundHeaders)]*string{&d.HeaderID, &d.HeaderScene, &d.HeaderRecipient, &d.HeaderPriority, &d.HeaderTZ}
+	fields := [len(InboundHeaders)]*string{&d.HeaderID, &d.HeaderScene, &d.HeaderRecipient, &d.HeaderPriority, &d.HeaderTZ,
+		&d.HeaderCancelKey, &d.HeaderResolves}
 	for i, name := range InboundHeaders {
 		vs := h[name]
 		if len(vs) == 0 {

@@ -58,7 +58,10 @@ type Held struct {
 	Expires  time.Time
 	Fallback Action
 	Reason   string // ReasonLimit, ReasonQuietHours or ReasonQueued
-	Payload  []byte // the original bytes, forwarded untouched
+	// CancelKey is the message's cancel_key ("" when none): a cancel of it
+	// takes the message back while it is held (HoldStore.Cancel).
+	CancelKey string
+	Payload   []byte // the original bytes, forwarded untouched
 }
 
 // SettleKind is what became of a held message.
@@ -73,6 +76,9 @@ const (
 	// SettleMoved: past max_defer with defer_fallback digest, the message
 	// moved to its scene's digest queue (Settlement.Queue).
 	SettleMoved SettleKind = "moved"
+	// SettleCancelled: taken back while held by a cancel of its cancel_key
+	// (HoldStore.Cancel), never forwarded. The releaser never settles so.
+	SettleCancelled SettleKind = "cancelled"
 )
 
 // Settlement is what the releaser decided for one held message.
@@ -117,6 +123,18 @@ type Settlement struct {
 // outbound stream stored. A queue whose forwards are in the outbox is
 // Waiting, so that a new message of it does not overtake them.
 //
+// Cancel takes back every held message whose cancel_key is req.Key (of
+// req.Recipient alone when it is set), in one transaction that takes the
+// locks of their queues as Settle does, waiting for a Settle in progress
+// rather than skipping it: a message is either settled by Settle (and then
+// Cancel does not see it: released, it stays released) or cancelled, never
+// both. A cancelled message leaves held, its audit row is settled
+// "cancelled" at now and counted in its scene's Cancelled counter of that
+// hour, and its queue's row names its new oldest message or goes. It
+// returns a settlement (SettleCancelled) per message it cancelled: none
+// when none matched, which is no error. Asked again, it finds nothing more
+// to cancel.
+//
 // Errors wrap ErrUnavailable (retry later) or ErrPermanent.
 type HoldStore interface {
 	Waiting(ctx context.Context, queues []Queue) (map[Queue]bool, error)
@@ -124,4 +142,5 @@ type HoldStore interface {
 		settle func(ctx context.Context, due [][]Held) ([]Settlement, error)) (int, error)
 	Outbox(ctx context.Context, limit int) ([]Forward, error)
 	Sent(ctx context.Context, ids []string) error
+	Cancel(ctx context.Context, req CancelRequest, now time.Time) ([]Settlement, error)
 }

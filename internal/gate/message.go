@@ -60,7 +60,15 @@ type Message struct {
 	// scene's zone for calendar limits and quiet hours.
 	TZ   string
 	Zone *time.Location
-	Raw  []byte
+	// CancelKey names what the message is about (the cancel_key field or
+	// the Gate-Cancel-Key header), "" when none: while it is held, a
+	// cancel of that key takes it back (CancelRequest).
+	CancelKey string
+	// Resolves is a cancel_key (the resolves field or the Gate-Resolves
+	// header), "" when none: once this message is decided, the held
+	// messages of its recipient with that cancel_key are cancelled.
+	Resolves string
+	Raw      []byte
 }
 
 // Recipient is the key of a message's recipient: receive_id_type:receive_id,
@@ -103,6 +111,7 @@ func isUpperASCII(r rune) bool { return 'A' <= r && r <= 'Z' }
 // and content would copy up to 150 KB per message.
 type envelope struct {
 	ID, UUID, Scene, ReceiveIDType, ReceiveID, Priority, TZ string
+	CancelKey, Resolves                                     string
 }
 
 // ParseMessage decodes an envelope. headerID is the Nats-Msg-Id header, used
@@ -145,6 +154,25 @@ func parseMessage(data []byte, headerID, headerTZ string, maxBytes int) (Message
 	}
 	env := s.envelope(headerTZ == "")
 	return env.message(data, headerID, headerTZ)
+}
+
+// MaxCancelKeyBytes bounds a cancel_key (and resolves), as an id is.
+const MaxCancelKeyBytes = MaxIDBytes
+
+// cancelKeys checks a message's cancel_key and resolves, read from
+// field or header as where says: each optional, and when given held to
+// CheckName.
+func cancelKeys(m *Message, cancelWhere, cancelKey, resolvesWhere, resolves string) error {
+	for _, f := range []struct{ name, v string }{{cancelWhere, cancelKey}, {resolvesWhere, resolves}} {
+		if f.v == "" {
+			continue
+		}
+		if err := CheckName(f.name, f.v, MaxCancelKeyBytes); err != nil {
+			return err
+		}
+	}
+	m.CancelKey, m.Resolves = cancelKey, resolves
+	return nil
 }
 
 // message checks the fields of a read envelope (and the headers that
@@ -192,6 +220,9 @@ func (env *envelope) message(raw []byte, headerID, headerTZ string) (Message, er
 		return scene, err
 	}
 	m.TZ = tz
+	if err := cancelKeys(&m, "cancel_key", env.CancelKey, "resolves", env.Resolves); err != nil {
+		return scene, err
+	}
 	return m, nil
 }
 
@@ -278,6 +309,10 @@ const (
 	// TZHeader names the recipient's IANA time zone, as the tz field does;
 	// it wins over the tz field when both are set.
 	TZHeader = "Gate-TZ"
+	// CancelKeyHeader and ResolvesHeader stand for the cancel_key and
+	// resolves fields; each wins over its field when set.
+	CancelKeyHeader = "Gate-Cancel-Key"
+	ResolvesHeader  = "Gate-Resolves"
 )
 
 // ParseDelivery parses a delivered message. maxBytes is as for ParseMessage.
@@ -309,7 +344,16 @@ func ParseDelivery(d Delivery, maxBytes int) (Message, error) {
 		return Message{}, invalidf("%s header is given more than once: a header the gate reads must be given once, as a key of the body must, since readers that take the first value and the last would read two messages", d.RepeatedHeader)
 	}
 	if d.HeaderID == "" || d.HeaderScene == "" || d.HeaderRecipient == "" {
-		return parseMessage(d.Data, d.HeaderID, d.HeaderTZ, maxBytes)
+		m, err := parseMessage(d.Data, d.HeaderID, d.HeaderTZ, maxBytes)
+		if err != nil || (d.HeaderCancelKey == "" && d.HeaderResolves == "") {
+			return m, err
+		}
+		cancelKey, cancelWhere := headerOr(d.HeaderCancelKey, CancelKeyHeader+" header", m.CancelKey, "cancel_key")
+		resolves, resolvesWhere := headerOr(d.HeaderResolves, ResolvesHeader+" header", m.Resolves, "resolves")
+		if err := cancelKeys(&m, cancelWhere, cancelKey, resolvesWhere, resolves); err != nil {
+			return Message{Scene: m.Scene}, err
+		}
+		return m, nil
 	}
 	data := d.Data
 	if err := checkBody(data, maxBytes, "UTF-8"); err != nil {
@@ -342,5 +386,17 @@ func ParseDelivery(d Delivery, maxBytes int) (Message, error) {
 		return scene, err
 	}
 	m.TZ = d.HeaderTZ
+	if err := cancelKeys(&m, CancelKeyHeader+" header", d.HeaderCancelKey, ResolvesHeader+" header", d.HeaderResolves); err != nil {
+		return scene, err
+	}
 	return m, nil
+}
+
+// headerOr is the header's value and its name when the header is set, else
+// the field's.
+func headerOr(header, headerName, field, fieldName string) (string, string) {
+	if header != "" {
+		return header, headerName
+	}
+	return field, fieldName
 }

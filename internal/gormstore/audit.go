@@ -227,7 +227,7 @@ func (s *Store) insertSuppressions(tx *gorm.DB, recs []gate.Record) error {
 // built from this list, so the order is stated once.
 var counterColumns = [gate.NumCounters]string{"received", "forwarded", "suppressed", "dropped", "invalid",
 	"shadow_suppressed", "shadow_dropped", "forwarded_unchecked", "parked",
-	"deferred", "digested", "released", "fell_back", "refunded"}
+	"deferred", "digested", "released", "fell_back", "refunded", "cancelled"}
 
 // eachCounter joins format, applied to each counter column (as %[1]s), with
 // sep.

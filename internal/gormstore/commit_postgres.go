@@ -83,7 +83,7 @@ var (
 	auditTypes = []string{"text", "text", "text", "text", "text", "bigint", "integer", "text", "bigint", "integer",
 		"boolean", "text", "text", "timestamptz", "timestamptz", "text", "text"}
 	heldTypes = []string{"text", "text", "text", "text", "text", "text", "text", "bigint",
-		"timestamptz", "timestamptz", "timestamptz", "text", "text", "bytea"}
+		"timestamptz", "timestamptz", "timestamptz", "text", "text", "text", "bytea"}
 )
 
 // queueRows are the CTEs that upsert the rows of the queues in holds (a
@@ -397,7 +397,7 @@ type heldArrays struct {
 	seq                                                         []int64
 	heldAt, dueAt                                               []time.Time
 	expires                                                     []*time.Time
-	fallback, reason                                            []string
+	fallback, reason, cancelKey                                 []string
 	payload                                                     [][]byte
 }
 
@@ -423,6 +423,7 @@ func (c *heldArrays) add(r gate.Record) {
 	c.expires = append(c.expires, expires)
 	c.fallback = append(c.fallback, string(h.Fallback))
 	c.reason = append(c.reason, h.Reason)
+	c.cancelKey = append(c.cancelKey, h.CancelKey)
 	c.payload = append(c.payload, h.Payload)
 }
 
@@ -432,6 +433,6 @@ func (c *heldArrays) args() []any {
 	return []any{
 		nonNil(c.key), nonNil(c.messageID), nonNil(c.kind), nonNil(c.recipient), nonNil(c.queue), nonNil(c.scene),
 		nonNil(c.priority), nonNil(c.tz), nonNil(c.seq), nonNil(c.heldAt), nonNil(c.dueAt), nonNil(c.expires),
-		nonNil(c.fallback), nonNil(c.reason), nonNil(c.payload),
+		nonNil(c.fallback), nonNil(c.reason), nonNil(c.cancelKey), nonNil(c.payload),
 	}
 }

@@ -2,7 +2,8 @@
 // (the idempotency ledger, suppression rows, held messages and per-scene
 // hourly counters, written together in one transaction per batch),
 // gate.HoldStore (which queues hold messages; settling due ones, each queue
-// by one gate at a time), gate.Reports (the suppression list and the
+// by one gate at a time; cancelling held ones by cancel_key under the same
+// queue locks), gate.Reports (the suppression list and the
 // summary) and gate.Trends (hourly counters over time, the most suppressed
 // recipients) over gorm, on PostgreSQL or, for the embedded default, on
 // SQLite (github.com/glebarez/sqlite, pure Go). It prunes the idempotency

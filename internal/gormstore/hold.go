@@ -133,7 +133,7 @@ const heldKeyColumns = `(recipient, queue, seq, message_id)`
 // heldColumns are the columns of held in the order Settle reads them and
 // Commit writes them; heldNoPayload all but the last, payload.
 const (
-	heldNoPayload = `message_id, kind, recipient, queue, scene, priority, tz, seq, held_at, due_at, expires_at, fallback, reason`
+	heldNoPayload = `message_id, kind, recipient, queue, scene, priority, tz, seq, held_at, due_at, expires_at, fallback, reason, cancel_key`
 	heldColumns   = heldNoPayload + `, payload`
 )
 
@@ -182,13 +182,13 @@ func (s *Store) insertHeld(tx *gorm.DB, recs []gate.Record) error {
 		return cmp.Or(compareQueues(a.Queue, b.Queue), cmpUint(a.Seq, b.Seq), strings.Compare(a.MessageID, b.MessageID))
 	})
 	for chunk := range slices.Chunk(held, chunkRows) {
-		args := make([]any, 0, 14*len(chunk))
+		args := make([]any, 0, 15*len(chunk))
 		for _, h := range chunk {
 			args = append(args, h.MessageID, string(h.Kind), h.Queue.Recipient, h.Queue.Name, h.Scene,
 				string(h.Priority), h.TZ, int64(h.Seq), s.dbTime(h.HeldAt), s.dbTime(h.DueAt),
-				s.dbTimeOrNull(h.Expires), string(h.Fallback), h.Reason, h.Payload)
+				s.dbTimeOrNull(h.Expires), string(h.Fallback), h.Reason, h.CancelKey, h.Payload)
 		}
-		err := tx.Exec(multiRow(`INSERT INTO held (`+heldColumns+`)`, 14, len(chunk))+
+		err := tx.Exec(multiRow(`INSERT INTO held (`+heldColumns+`)`, 15, len(chunk))+
 			` ON CONFLICT `+heldKeyColumns+` DO NOTHING`, args...).Error
 		if err != nil {
 			return fmt.Errorf("insert held messages: %w", err)

@@ -237,7 +237,7 @@ func scanHeld(rows *sql.Rows, byQueue map[gate.Queue][]gate.Held) error {
 			heldAt, due, expires scanTime
 		)
 		if err := rows.Scan(&h.MessageID, &kind, &h.Queue.Recipient, &h.Queue.Name, &h.Scene, &prio, &h.TZ, &seq,
-			&heldAt, &due, &expires, &fallback, &h.Reason, &h.Payload); err != nil {
+			&heldAt, &due, &expires, &fallback, &h.Reason, &h.CancelKey, &h.Payload); err != nil {
 			return err
 		}
 		h.Kind, h.Priority, h.Fallback, h.Seq = gate.HoldKind(kind), gate.Priority(prio), gate.Action(fallback), uint64(seq)

@@ -69,23 +69,30 @@ func jsonFields(typ reflect.Type) (all, optional []string) {
 func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	doc := loadOpenAPI(t)
 	types := map[string]any{
-		"Suppression":     gate.Suppression{},
-		"SuppressionPage": gate.SuppressionPage{},
-		"SceneSummary":    gate.SceneSummary{},
-		"Summary":         Summary{},
-		"HourSummary":     gate.HourSummary{},
-		"Timeseries":      Timeseries{},
-		"RecipientCount":  gate.RecipientCount{},
-		"TopRecipients":   TopRecipients{},
-		"Refund":          gate.Refund{},
-		"RefundResult":    gate.RefundResult{},
-		"RefundPage":      gate.RefundPage{},
-		"Preferences":     gate.Preferences{},
-		"RuleStatus":      gate.RuleStatus{},
-		"RuleSet":         gate.RuleSet{},
-		"RulePreview":     gate.RulePreview{},
-		"ScenePreview":    gate.ScenePreview{},
-		"PreviewCounts":   gate.PreviewCounts{},
+		"Suppression":        gate.Suppression{},
+		"SuppressionPage":    gate.SuppressionPage{},
+		"SceneSummary":       gate.SceneSummary{},
+		"Summary":            Summary{},
+		"HourSummary":        gate.HourSummary{},
+		"Timeseries":         Timeseries{},
+		"RecipientCount":     gate.RecipientCount{},
+		"TopRecipients":      TopRecipients{},
+		"Refund":             gate.Refund{},
+		"RefundResult":       gate.RefundResult{},
+		"RefundPage":         gate.RefundPage{},
+		"Preferences":        gate.Preferences{},
+		"RuleStatus":         gate.RuleStatus{},
+		"RuleSet":            gate.RuleSet{},
+		"RulePreview":        gate.RulePreview{},
+		"ScenePreview":       gate.ScenePreview{},
+		"PreviewCounts":      gate.PreviewCounts{},
+		"Explanation":        gate.Explanation{},
+		"ExplainDecision":    gate.ExplainDecision{},
+		"ExceededLimit":      gate.ExceededLimit{},
+		"LimitState":         gate.LimitState{},
+		"HeldQueueSummary":   gate.HeldQueueSummary{},
+		"ExplainPreferences": gate.ExplainPreferences{},
+		"ExplainQuietHours":  gate.ExplainQuietHours{},
 		// SceneRule, QuietHours and Limit write fields their tags do not
 		// name (durations as text): TestOpenAPIRuleSchemasMatchEncoding.
 	}
@@ -145,7 +152,7 @@ func TestOpenAPIPathsAreServed(t *testing.T) {
 	}
 	for _, path := range []string{"/", "/healthz", "/readyz", "/metrics", "/v1/openapi.json", "/v1/rules",
 		"/v1/suppressions", "/v1/suppressions.csv", "/v1/reports/summary", "/v1/reports/timeseries",
-		"/v1/reports/top-recipients", "/v1/refund", "/v1/refunds"} {
+		"/v1/reports/top-recipients", "/v1/refund", "/v1/refunds", "/v1/cancel", "/v1/explain"} {
 		if _, ok := doc.Paths[path]; !ok {
 			t.Errorf("%s is served but not in the document", path)
 		}

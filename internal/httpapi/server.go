@@ -74,6 +74,8 @@ type Options struct {
 	// /v1/refunds.
 	Refunder  gate.Refunder
 	RefundLog RefundLister
+	// Canceller serves POST /v1/cancel; nil answers it 404.
+	Canceller gate.Canceller
 	// Checker serves POST /v1/check; nil answers it 404.
 	Checker Checker
 	// Preview serves POST /v1/rules/preview; nil answers it 404.
@@ -81,6 +83,8 @@ type Options struct {
 	// Preferences serves GET, PUT and DELETE
 	// /v1/recipients/{recipient}/preferences; nil answers them 404.
 	Preferences gate.PreferenceStore
+	// Explainer serves GET /v1/explain; nil answers it 404.
+	Explainer Explainer
 }
 
 // defaultExportPageTimeout is ExportPageTimeout when unset.
@@ -124,6 +128,9 @@ func NewServer(o Options) http.Handler {
 	if o.RefundLog != nil {
 		api["/v1/refunds"] = s.refunds
 	}
+	if o.Explainer != nil {
+		api["/v1/explain"] = s.explain
+	}
 	if o.Trends != nil {
 		api["/v1/reports/timeseries"] = s.timeseries
 		api["/v1/reports/top-recipients"] = s.topRecipients
@@ -142,6 +149,10 @@ func NewServer(o Options) http.Handler {
 	if o.Refunder != nil {
 		handle("POST /v1/refund", s.auth(writes, jsonBody(http.HandlerFunc(s.refund))))
 		handle("/v1/refund", s.auth(reads, http.HandlerFunc(notPost)))
+	}
+	if o.Canceller != nil {
+		handle("POST /v1/cancel", s.auth(writes, jsonBody(http.HandlerFunc(s.cancel))))
+		handle("/v1/cancel", s.auth(reads, http.HandlerFunc(notPost)))
 	}
 	// Every other /v1/ request: 405 on a known path, 404 elsewhere, both
 	// with the JSON error body of the API.

@@ -98,7 +98,7 @@ func (fakeRules) Status() gate.RuleStatus {
 func newTestServer(t *testing.T, st *fakeStore) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(NewServer(Options{Rules: fakeRules{}, Reports: st, Token: token,
-		Refunder: fakeRefunder{}, RefundLog: fakeRefundLog{}}))
+		Refunder: fakeRefunder{}, RefundLog: fakeRefundLog{}, Canceller: fakeCanceller{}, Explainer: fakeExplainer{}}))
 	t.Cleanup(srv.Close)
 	return srv
 }

@@ -23,6 +23,7 @@ func tokenServer(t *testing.T) *httptest.Server {
 		Checker:     fakeChecker{answer: gate.CheckAnswer{Decision: gate.OutcomeForward, Admitted: true}},
 		Refunder:    fakeRefunder{},
 		RefundLog:   fakeRefundLog{},
+		Canceller:   fakeCanceller{},
 		Preferences: &prefStore{prefs: map[string]gate.Preferences{}},
 		Preview:     &fakePreviewer{},
 	}))
@@ -134,7 +135,7 @@ func TestReadTokenReadsOnly(t *testing.T) {
 		}
 	}
 	sort.Strings(writing)
-	wantWriting := []string{"DELETE " + preferencesPath, "POST /v1/check", "POST /v1/refund", "PUT " + preferencesPath}
+	wantWriting := []string{"DELETE " + preferencesPath, "POST /v1/cancel", "POST /v1/check", "POST /v1/refund", "PUT " + preferencesPath}
 	if !slices.Equal(writing, wantWriting) {
 		t.Errorf("the reading token is refused on %v, want exactly the endpoints that change state %v", writing, wantWriting)
 	}

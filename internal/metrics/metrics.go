@@ -27,7 +27,7 @@ type Metrics struct {
 	StoreLatency    *prometheus.HistogramVec // store: window|audit|nats, op; seconds per call
 	Invalid         *prometheus.CounterVec   // scene (a rule's, or OtherScenes)
 	Unchecked       *prometheus.CounterVec   // scene (a rule's, or OtherScenes): forwarded without a window check (fail open)
-	Settled         *prometheus.CounterVec   // scene (a rule's, or OtherScenes), settled: released|fell_back|digested|moved|rescheduled
+	Settled         *prometheus.CounterVec   // scene (a rule's, or OtherScenes), settled: released|fell_back|digested|moved|rescheduled|cancelled
 	Digests         prometheus.Counter       // digests forwarded
 	Recovered       *prometheus.CounterVec   // stage: parse|metrics|release; panics recovered while handling one message (or one round of releases)
 	Redeliveries    prometheus.Counter       // messages retried after a transient failure
@@ -44,6 +44,9 @@ type Metrics struct {
 	// result: refunded|already_refunded|never_decided|not_forwarded|
 	// ledger_incomplete|invalid|failed.
 	Refunds *prometheus.CounterVec
+	// Cancels counts cancels of held messages by source (api|nats|
+	// resolves) and result: cancelled|none|invalid|failed.
+	Cancels *prometheus.CounterVec
 	// Checks counts synchronous checks (POST /v1/check, gate.check) by
 	// decision (forward|suppress|drop|defer|digest, or invalid|reused|error
 	// when not answered) and dry_run.
@@ -79,7 +82,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		StoreLatency:    histogramVec("gate_store_call_seconds", "Duration of one batch's call to a dependency, by store (window, audit, nats) and operation (admit, decided, commit, forward), failed calls included.", []float64{.0005, .001, .002, .003, .005, .0075, .01, .015, .02, .03, .05, .1, .2, .5, 1, 2, 5}, "store", "op"),
 		Invalid:         counterVec("gate_invalid_messages_total", "Messages that could not be decided, or that the audit store refused, and went to the dead-letter subject; by scene, those without a rule as \""+OtherScenes+"\".", "scene"),
 		Unchecked:       counterVec("gate_unchecked_forwards_total", "Messages forwarded without a window check because the window store was unavailable and the scene fails open (on_store_error: forward).", "scene"),
-		Settled:         counterVec("gate_held_settled_total", "Held messages settled by the releaser, by scene and what became of them: released (forwarded with Gate-Deferred-From), fell_back (past max_defer, or rejected under a scene that no longer defers), digested (carried by a digest), moved (to the digest queue), rescheduled (still held).", "scene", "settled"),
+		Settled:         counterVec("gate_held_settled_total", "Held messages settled by the releaser, by scene and what became of them: released (forwarded with Gate-Deferred-From), fell_back (past max_defer, or rejected under a scene that no longer defers), digested (carried by a digest), moved (to the digest queue), rescheduled (still held), cancelled (taken back by a cancel of its cancel_key).", "scene", "settled"),
 		Digests:         counter("gate_digests_total", "Digests forwarded, each summarising held messages of one recipient."),
 		Recovered:       counterVec("gate_recovered_panics_total", "Panics recovered while handling one message, by stage (parse: the message was sent to the dead letter; metrics: its metrics were not recorded; release: a round of releases was rolled back, to be tried again). Each is a bug, logged with the message id.", "stage"),
 		Redeliveries:    counter("gate_retries_total", "Messages handed back to JetStream for a delayed retry after a transient failure."),
@@ -101,6 +104,8 @@ func New(reg *prometheus.Registry) *Metrics {
 	reg.MustRegister(m.Checks)
 	m.Refunds = counterVec("gate_refunds_total", "Refund requests (POST /v1/refund, gate.refund), by result: refunded (taken out of its windows), already_refunded (nothing changed), never_decided, not_forwarded and ledger_incomplete (refused), invalid (unreadable body), failed (a store was down; the request is retried).", "result")
 	reg.MustRegister(m.Refunds)
+	m.Cancels = counterVec("gate_cancels_total", "Cancels of held messages by their cancel_key, by source (api: POST /v1/cancel; nats: gate.cancel; resolves: a message's resolves field) and result: cancelled (took back at least one held message), none (matched none), invalid (unreadable request), failed (the audit store did not answer; asked again, or the message retried).", "source", "result")
+	reg.MustRegister(m.Cancels)
 	m.ReusedIDs = counterVec("gate_reused_ids_total", "Ids used again for another scene or recipient than their first use, by source: message (sent to the dead letter with a Gate-Error naming the first use, counted invalid) or check (answered 409).", "source")
 	reg.MustRegister(m.ReusedIDs)
 	m.CheckRepliesRefused = counter("gate_check_replies_refused_total", "gate.check requests neither decided nor answered because their reply subject is one the gate must not publish to: its own subjects and what its streams capture, any subject starting with $, GATE_CHECK_REFUSED_REPLIES.")

@@ -53,6 +53,9 @@ type Options struct {
 	CheckSubject string
 	// RefundSubject is the subject GATE_REFUND captures ("gate.refund").
 	RefundSubject string
+	// CancelSubject is where ServeCancels answers core NATS requests
+	// ("gate.cancel"); no stream may capture it.
+	CancelSubject string
 
 	// InMaxAge bounds how long an undecided message waits in GATE_IN (7d).
 	InMaxAge time.Duration
@@ -126,6 +129,7 @@ func (o *Options) setDefaults() {
 	def(&o.DeadSubject, DefaultDeadSubject)
 	def(&o.CheckSubject, DefaultCheckSubject)
 	def(&o.RefundSubject, DefaultRefundSubject)
+	def(&o.CancelSubject, DefaultCancelSubject)
 	defd(&o.InMaxAge, 7*24*time.Hour)
 	defd(&o.OutMaxAge, 72*time.Hour)
 	defd(&o.OutDuplicates, DefaultOutDuplicates)

@@ -3,7 +3,6 @@ package natsbus
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -67,8 +66,15 @@ type checkError struct {
 // before it would wait for a slot, so that refusals never hold up checks.
 // A malformed subject in o.RefusedReplies is an error.
 func (b *Bus) ServeChecks(ctx context.Context, check CheckFunc, o CheckOptions) error {
+	return b.serveRequests(ctx, b.opts.CheckSubject, "check", o, func(m *nats.Msg, o CheckOptions) { b.answerCheck(check, m, o) })
+}
+
+// serveRequests answers the core NATS requests on subject with answer, as
+// ServeChecks says, noun naming a request in logs and errors. answer is
+// handed o with its defaults.
+func (b *Bus) serveRequests(ctx context.Context, subject, noun string, o CheckOptions, answer func(m *nats.Msg, o CheckOptions)) error {
 	if o.Status == nil {
-		return errors.New("serve checks: CheckOptions.Status is required")
+		return fmt.Errorf("serve %ss: CheckOptions.Status is required", noun)
 	}
 	if o.Queue == "" {
 		o.Queue = DefaultCheckQueue
@@ -81,18 +87,17 @@ func (b *Bus) ServeChecks(ctx context.Context, check CheckFunc, o CheckOptions) 
 	}
 	guard, err := b.newReplyGuard(ctx, o.RefusedReplies, o.Metrics)
 	if err != nil {
-		return fmt.Errorf("serve checks: %w", err)
+		return fmt.Errorf("serve %ss: %w", noun, err)
 	}
 	slots := make(chan struct{}, o.InFlight)
 	var wg sync.WaitGroup
 	wg.Go(func() { guard.follow(ctx) })
 	// The handler runs on the subscription's own goroutine: it hands each
-	// check over once a slot is free, so a gate answering its share slowly
+	// request over once a slot is free, so a gate answering its share slowly
 	// lets requests queue in the client, within NATS's pending limits.
-	subject := b.opts.CheckSubject
 	sub, err := b.nc.QueueSubscribe(subject, o.Queue, func(m *nats.Msg) {
 		if m.Reply == "" {
-			b.log.Debug("check without a reply subject ignored", "subject", m.Subject)
+			b.log.Debug(noun+" without a reply subject ignored", "subject", m.Subject)
 			return
 		}
 		if guard.refuses(m) {
@@ -101,7 +106,7 @@ func (b *Bus) ServeChecks(ctx context.Context, check CheckFunc, o CheckOptions) 
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			b.answerCheck(check, m, o)
+			answer(m, o)
 		})
 	})
 	if err != nil {
@@ -109,9 +114,9 @@ func (b *Bus) ServeChecks(ctx context.Context, check CheckFunc, o CheckOptions) 
 	}
 	<-ctx.Done()
 	if err := sub.Drain(); err != nil {
-		b.log.Warn("draining the check subscription", "err", err)
+		b.log.Warn("draining the "+noun+" subscription", "err", err)
 	}
-	// Drain returns at once; the handler may still hand checks over until
+	// Drain returns at once; the handler may still hand requests over until
 	// the subscription is closed.
 	for deadline := time.Now().Add(o.Timeout); sub.IsValid() && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)

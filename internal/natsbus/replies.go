@@ -62,7 +62,7 @@ func (b *Bus) newReplyGuard(ctx context.Context, refused []string, m *metrics.Me
 // read with; the bus's subjects are refused in any case.
 func (g *replyGuard) readOwn(ctx context.Context) {
 	o := g.b.opts
-	own := []string{o.InSubject, o.OutSubject, o.DeadSubject, o.CheckSubject, o.RefundSubject, EmbeddedInboxPrefix + ".>"}
+	own := []string{o.InSubject, o.OutSubject, o.DeadSubject, o.CheckSubject, o.RefundSubject, o.CancelSubject, EmbeddedInboxPrefix + ".>"}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for _, cfg := range g.b.streams() {

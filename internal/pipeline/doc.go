@@ -25,11 +25,15 @@
 //     publishes all or nothing.
 //   - Refunder: takes a forwarded message out of its windows again,
 //     through the core's forget.
+//   - Canceller (POST /v1/cancel, gate.cancel): takes held messages back
+//     by their cancel_key, through the core's cancel stage (cancel.go),
+//     which the Pipeline runs too, after commit, for a message that
+//     resolves a key (committed or prior: a redelivery cancels again).
 //
 // Read in flow order, the files are one message's path: state.go (the
 // per-message state), policy.go, core.go, plan.go, wait.go, admit.go, resolve.go,
 // commit.go (with reuse.go), forward.go; then the front ends pipeline.go,
-// check.go and checkbatch.go, release.go and settle.go, refund.go; ports.go wraps the
+// check.go and checkbatch.go, release.go and settle.go, refund.go, cancel.go; ports.go wraps the
 // ports with metrics at wiring time, observe.go counts decisions and
 // recovers panics.
 //

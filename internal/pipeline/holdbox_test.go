@@ -29,6 +29,9 @@ type holdBox struct {
 	// outbox holds the forwards settled and not yet Sent, with their
 	// queues, in the order settled.
 	outbox []boxed
+	// failCancel, when set, fails Cancel; cancels records each Cancel.
+	failCancel error
+	cancels    []gate.CancelRequest
 }
 
 // boxed is a forward in holdBox's outbox, with the queue it leaves.
@@ -133,6 +136,26 @@ func (b *holdBox) Settle(ctx context.Context, now time.Time, maxQueues, perQueue
 	}
 	b.normalize()
 	return n, nil
+}
+
+func (b *holdBox) Cancel(_ context.Context, req gate.CancelRequest, now time.Time) ([]gate.Settlement, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cancels = append(b.cancels, req)
+	if b.failCancel != nil {
+		return nil, b.failCancel
+	}
+	var out []gate.Settlement
+	b.rows = slices.DeleteFunc(b.rows, func(h gate.Held) bool {
+		if h.CancelKey != req.Key || (req.Recipient != "" && h.Queue.Recipient != req.Recipient) {
+			return false
+		}
+		s := gate.Settlement{MessageID: h.MessageID, Scene: h.Scene, Kind: gate.SettleCancelled, At: now}
+		b.settled[h.MessageID] = s
+		out = append(out, s)
+		return true
+	})
+	return out, nil
 }
 
 func (b *holdBox) Outbox(_ context.Context, limit int) ([]gate.Forward, error) {

@@ -188,6 +188,30 @@ func NewRefunder(o RefunderOptions) (*Refunder, error) {
 	return &Refunder{o: o, core: newCore(o.Store, nil, nil, nil, nil, o.Metrics, o.Logger, o.Now)}, nil
 }
 
+// CancellerOptions are a Canceller's dependencies. Rules and Holds are
+// required.
+type CancellerOptions struct {
+	Rules gate.RuleSource
+	Holds gate.HoldStore
+	// Metrics counts cancels (gate_cancels_total) and the messages
+	// cancelled (gate_held_settled_total); optional.
+	Metrics *metrics.Metrics
+	Log     *slog.Logger // optional
+	// Now stamps the cancelled messages' settled_at; time.Now by default.
+	Now func() time.Time
+}
+
+// NewCanceller checks the options and returns a Canceller.
+func NewCanceller(o CancellerOptions) (*Canceller, error) {
+	if o.Rules == nil || o.Holds == nil {
+		return nil, errors.New("canceller: rules and holds are required")
+	}
+	defaults(&o.Log, &o.Now)
+	instrument(o.Metrics, nil, nil, &o.Holds, nil, nil)
+	// The core serves the canceller's cancel stage only.
+	return &Canceller{o: o, core: newCore(nil, nil, o.Holds, nil, nil, o.Metrics, o.Log, o.Now)}, nil
+}
+
 // newCore is the core over the ports of a front end, wrapped already
 // (instrument); audit, holds, prefs and out may be nil where the front
 // end calls no stage that needs them.

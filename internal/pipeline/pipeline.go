@@ -96,6 +96,7 @@ func (p *Pipeline) Start(ctx context.Context, batch []gate.Delivery) (finish fun
 		defer func() { awaitTurn(); close(forwarded) }()
 		p.core.forgetLogged(ctx, unadmit, "admissions taken back stay counted in their windows")
 		p.core.commit(ctx, messagePolicy, rules, items)
+		p.resolve(ctx, rules, items)
 		awaitTurn()
 		p.forward(ctx, rules, items)
 		return p.verdicts(rules, items)

@@ -116,6 +116,10 @@ func (h holdPort) Settle(ctx context.Context, now time.Time, maxQueues, perQueue
 	return n, err
 }
 
+func (h holdPort) Cancel(ctx context.Context, req gate.CancelRequest, now time.Time) ([]gate.Settlement, error) {
+	return timed(h.m, "audit", "cancel", func() ([]gate.Settlement, error) { return h.HoldStore.Cancel(ctx, req, now) })
+}
+
 func (h holdPort) Outbox(ctx context.Context, limit int) ([]gate.Forward, error) {
 	return timed(h.m, "audit", "outbox", func() ([]gate.Forward, error) { return h.HoldStore.Outbox(ctx, limit) })
 }
