@@ -328,6 +328,10 @@ func testSettleRollsBack(t *testing.T, s *Store) {
 		{"digest without id", []gate.Settlement{{MessageID: "m2", Kind: gate.SettleDigested}}, nil, []error{gate.ErrBadRequest}},
 		{"fall back to nothing", []gate.Settlement{{MessageID: "m2", Kind: gate.SettleFellBack}}, nil, []error{gate.ErrBadRequest}},
 		{"move nowhere", []gate.Settlement{{MessageID: "m2", Kind: gate.SettleMoved}}, nil, []error{gate.ErrBadRequest}},
+		{"release without its forward", []gate.Settlement{{MessageID: "m2", Kind: gate.SettleReleased, At: t0}}, nil,
+			[]error{gate.ErrBadRequest, gate.ErrPermanent}},
+		{"reschedule with a forward", []gate.Settlement{{MessageID: "m2", Kind: gate.SettleReschedule, DueAt: t0.Add(time.Hour),
+			Out: &gate.Forward{MessageID: "m2"}}}, nil, []error{gate.ErrBadRequest}},
 	}
 	for _, tc := range cases {
 		n, err := s.Settle(ctx, t0, 10, 10, func(context.Context, [][]gate.Held) ([]gate.Settlement, error) { return tc.out, tc.err })
@@ -339,6 +343,9 @@ func testSettleRollsBack(t *testing.T, s *Store) {
 	}
 	if got := countRows(t, s, "held"); got != 2 {
 		t.Errorf("held after rolled back rounds: got %d rows, want 2", got)
+	}
+	if got := countRows(t, s, "released_forwards"); got != 0 {
+		t.Errorf("forwards after rolled back rounds: got %d rows, want 0", got)
 	}
 	if row := auditRow(t, s, "m1"); row.Settled != "" {
 		t.Errorf("audit row of m1: settled %q, want nothing", row.Settled)

@@ -371,8 +371,19 @@ func TestConsumerWaitsForTheCluster(t *testing.T) {
 	c.start(1)
 	c.start(2)
 	waitLog(t, &log, `msg="consumer ready" consumer=gate`, 90*time.Second)
-	if _, err := b.js.Publish(ctx, DefaultInSubject, []byte("after the election")); err != nil {
-		t.Fatal(err)
+	// The consumer's leader can be ready before GATE_IN's: on a loaded
+	// machine the stream may still be electing, and a producer's publish
+	// meanwhile gets no answer. What is under test is the consumer, so the
+	// publish is tried again until the stream answers.
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		_, err := b.js.Publish(ctx, DefaultInSubject, []byte("after the election"), jetstream.WithMsgID("after-the-election"))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("publish after the election: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	select {
 	case got := <-seen:
