@@ -191,6 +191,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 	if err != nil {
 		return fmt.Errorf("http listen on %s: %w", c.HTTPAddr, err)
 	}
+	var requests servedRequests
 	srv := newHTTPServer(httpapi.NewServer(httpapi.Options{
 		Rules: live, Reports: audit, Token: c.APIToken, ReadToken: c.APIReadToken, AllowedHosts: c.HTTPAllowedHosts, Metrics: m, Log: log, Preferences: prefs,
 		Refunder: refunder, RefundLog: audit, Canceller: canceller,
@@ -202,6 +203,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 			"window_store": store.Ping,
 			"audit_store":  audit.Ping,
 			"rules":        rulesReady,
+			"requests":     requests.ready,
 		}),
 	}), defaultHTTPLimits, log)
 
@@ -245,7 +247,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		})
 	}
 	wg.Go(func() {
-		if err := bus.ServeChecks(consumeCtx, checker.Check, natsbus.CheckOptions{Status: httpapi.Status, RefusedReplies: c.CheckRefusedReplies, Metrics: m}); err != nil {
+		defer requests.checks.Store(true)
+		if err := bus.ServeChecks(consumeCtx, checker.Check, natsbus.CheckOptions{Status: httpapi.Status, RefusedReplies: c.CheckRefusedReplies,
+			Metrics: m, Serving: func() { requests.checks.Store(true) }}); err != nil {
 			log.Error("gate.check stopped: checks are answered on HTTP only", "err", err)
 		}
 	})
@@ -253,7 +257,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _ io.
 		cancel := func(ctx context.Context, body []byte) (gate.CancelResult, error) {
 			return canceller.Cancel(ctx, body, gate.CancelSourceNATS)
 		}
-		if err := bus.ServeCancels(consumeCtx, cancel, natsbus.CheckOptions{Status: httpapi.Status, RefusedReplies: c.CheckRefusedReplies, Metrics: m}); err != nil {
+		defer requests.cancels.Store(true)
+		if err := bus.ServeCancels(consumeCtx, cancel, natsbus.CheckOptions{Status: httpapi.Status, RefusedReplies: c.CheckRefusedReplies,
+			Metrics: m, Serving: func() { requests.cancels.Store(true) }}); err != nil {
 			log.Error("gate.cancel stopped: cancels are answered on HTTP only", "err", err)
 		}
 	})

@@ -40,6 +40,9 @@ type CheckOptions struct {
 	RefusedReplies []string
 	// Metrics, if set, counts refused replies.
 	Metrics *metrics.Metrics
+	// Serving, if set, is called once the requests are subscribed to: from
+	// then on one is answered (readiness waits for it).
+	Serving func()
 }
 
 // CheckFunc answers a check from its JSON body (the pipeline's Checker).
@@ -111,6 +114,9 @@ func (b *Bus) serveRequests(ctx context.Context, subject, noun string, o CheckOp
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to %s: %w", subject, err)
+	}
+	if o.Serving != nil {
+		o.Serving()
 	}
 	<-ctx.Done()
 	if err := sub.Drain(); err != nil {
