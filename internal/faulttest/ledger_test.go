@@ -158,7 +158,13 @@ func (s *stack) checkWith(msgs []message, m model, g *gateProc, o ledgerOptions)
 	}
 	r.Suppressed = len(suppressed)
 
+	// dead counts each message's dead letters by their Nats-Msg-Id, which
+	// names the GATE_IN message parked (stream, sequence, body hash): a
+	// message GATE_IN stored twice (its duplicate window forgotten by a
+	// nats-server killed before it synced) is two stream messages, each
+	// dead-lettered once under its own name.
 	dead := map[string]int{}
+	deadNames := map[string]map[string]int{}
 	for _, d := range s.bus.read(natsbus.StreamDead) {
 		r.Dead++
 		if d.Header.Get(natsbus.HeaderError) == "" {
@@ -169,14 +175,23 @@ func (s *stack) checkWith(msgs []message, m model, g *gateProc, o ledgerOptions)
 			id = string(mm[1])
 		}
 		dead[id]++
+		if deadNames[id] == nil {
+			deadNames[id] = map[string]int{}
+		}
+		deadNames[id][d.Header.Get("Nats-Msg-Id")]++
 	}
 
 	rec := map[string]*perRecipient{}
 	for i := range msgs {
 		msg := &msgs[i]
 		if msg.Invalid {
-			if n := dead[msg.ID]; n != 1 {
-				v.add("invalid message not on GATE_DEAD exactly once", "%s: %d times", msg.ID, n)
+			if n := dead[msg.ID]; n == 0 {
+				v.add("invalid message not on GATE_DEAD", "%s", msg.ID)
+			}
+			for name, n := range deadNames[msg.ID] {
+				if n != 1 {
+					v.add("dead letter on GATE_DEAD more than once", "%s (%s): %d times", msg.ID, name, n)
+				}
 			}
 			continue
 		}
